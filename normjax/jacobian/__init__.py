@@ -1,0 +1,60 @@
+"""Jacobians of pure JAX functions: exact, matrix-free spectra, closed-form norm Jacobians, fits."""
+
+from normjax.jacobian.exact import jacobian, token_blocks
+from normjax.jacobian.fits import (
+    LinearFit,
+    LogFit,
+    PowerLawFit,
+    linear_fit,
+    log_fit,
+    power_law_fit,
+)
+from normjax.jacobian.norm_jacobians import (
+    ClosedFormNorm,
+    dyt_jacobian,
+    dyt_jacobian_norm,
+    layernorm_jacobian,
+    layernorm_jacobian_norm,
+    layernorm_sigma,
+    norm_jacobian,
+    norm_jacobian_norm,
+    rmsnorm_jacobian,
+    rmsnorm_jacobian_norm,
+    rmsnorm_rms,
+)
+from normjax.jacobian.spectral import (
+    AUTO_EXACT_MAX_ENTRIES,
+    FrobeniusInfo,
+    SpectralInfo,
+    frobenius_norm_sq,
+    singular_values,
+    spectral_norm,
+)
+
+__all__ = [
+    "AUTO_EXACT_MAX_ENTRIES",
+    "ClosedFormNorm",
+    "FrobeniusInfo",
+    "LinearFit",
+    "LogFit",
+    "PowerLawFit",
+    "SpectralInfo",
+    "dyt_jacobian",
+    "dyt_jacobian_norm",
+    "frobenius_norm_sq",
+    "jacobian",
+    "layernorm_jacobian",
+    "layernorm_jacobian_norm",
+    "layernorm_sigma",
+    "linear_fit",
+    "log_fit",
+    "norm_jacobian",
+    "norm_jacobian_norm",
+    "power_law_fit",
+    "rmsnorm_jacobian",
+    "rmsnorm_jacobian_norm",
+    "rmsnorm_rms",
+    "singular_values",
+    "spectral_norm",
+    "token_blocks",
+]

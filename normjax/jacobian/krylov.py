@@ -1,0 +1,124 @@
+"""Matrix-free cores, jit-compiled: power iteration, Golub-Kahan-Lanczos and Hutchinson on J."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from normjax.jacobian import checks
+from normjax.jacobian.exact import flat_fn
+
+
+def linear_ops(f, x):
+    """Linearizes f at x once; returns f(x).ravel(), v -> J v and u -> J^T u (never J itself)."""
+    x_N = jnp.ravel(x)
+    y_M, jvp = jax.linearize(flat_fn(f, x.shape), x_N)
+    vjp = jax.linear_transpose(jvp, x_N)
+    return y_M, jvp, lambda u_M: vjp(u_M)[0]
+
+
+def _unit(v):
+    return v / jnp.linalg.norm(v)
+
+
+@functools.partial(jax.jit, static_argnames=("f",))
+def power(f, x, key, num_iters, tol):
+    """Power iteration on J^T J; returns (sigma, iterations, last relative change, #bad f(x))."""
+    y_M, jvp, vjp = linear_ops(f, x)
+    v0_N = _unit(jax.random.normal(key, (x.size,), x.dtype))
+
+    def body(state):
+        i, v_N, s, _ = state
+        u_N = vjp(jvp(v_N))
+        u_norm = jnp.linalg.norm(u_N)
+        # sqrt(||J^T J v||) >= ||J v||: both bound sigma from below; this one is the tighter.
+        s_new = jnp.sqrt(u_norm)
+        rel = jnp.abs(s_new - s) / jnp.maximum(s_new, jnp.finfo(x.dtype).tiny)
+        v_N = jnp.where(u_norm > 0, u_N / jnp.where(u_norm > 0, u_norm, 1), v_N)
+        return i + 1, v_N, s_new, rel
+
+    def cond(state):
+        i, _, _, rel = state
+        return (i < num_iters) & (rel > tol)
+
+    init = (jnp.int32(0), v0_N, jnp.zeros((), x.dtype), jnp.asarray(jnp.inf, x.dtype))
+    i, _, s, rel = jax.lax.while_loop(cond, body, init)
+    return s, i, rel, checks.count_nonfinite(y_M)
+
+
+def _orthonormalize(w, Q, key, scale):
+    """w minus its projection on the rows of Q (twice: "twice is enough"), normalized.
+
+    On breakdown (w in span(Q) up to rounding) returns a random unit vector orthogonal to Q and a
+    norm of 0, so the bidiagonalization restarts in a fresh direction instead of dividing by ~0.
+    """
+    def project_out(v):
+        for _ in range(2):
+            v = v - Q.T @ (Q @ v)
+        return v
+
+    w = project_out(w)
+    norm = jnp.linalg.norm(w)
+    broke = norm <= 10 * jnp.finfo(w.dtype).eps * scale
+    r = project_out(jax.random.normal(key, w.shape, w.dtype))
+    r = r / jnp.maximum(jnp.linalg.norm(r), jnp.finfo(w.dtype).tiny)
+    return jnp.where(broke, r, w / jnp.where(broke, 1, norm)), jnp.where(broke, 0, norm)
+
+
+def _ritz(alpha_K, beta_K, j, k):
+    """Top-k singular values of the (j+1)-square bidiagonal B and row j of its left vectors."""
+    idx_K = jnp.arange(alpha_K.size)
+    beta_K = jnp.where(idx_K < j, beta_K, 0)  # beta_j couples to the next, not yet built, column
+    B_KK = jnp.diag(alpha_K) + jnp.diag(beta_K[:-1], 1)
+    P_KK, theta_K, _ = jnp.linalg.svd(B_KK)
+    return theta_K[:k], P_KK[j, :k]
+
+
+@functools.partial(jax.jit, static_argnames=("f", "k", "max_dim"))
+def lanczos(f, x, key, k, max_dim, tol):
+    """Golub-Kahan-Lanczos bidiagonalization with full reorthogonalization, J V = U B.
+
+    Stops when each of the top-k Ritz values theta_i has residual bound beta_j |P[j, i]| <= tol *
+    theta_0 (then some singular value of J lies within it), or after max_dim steps. Returns
+    (top-k singular values, steps, max relative residual, #non-finite f(x)).
+    """
+    y_M, jvp, vjp = linear_ops(f, x)
+    key_v0, key_restart = jax.random.split(key)
+    V_KN = jnp.zeros((max_dim + 1, x.size), x.dtype)
+    V_KN = V_KN.at[0].set(_unit(jax.random.normal(key_v0, (x.size,), x.dtype)))
+    U_KM = jnp.zeros((max_dim, y_M.size), y_M.dtype)
+    zeros_K = jnp.zeros((max_dim,), x.dtype)
+
+    def body(state):
+        j, V_KN, U_KM, alpha_K, beta_K, scale, _, _ = state
+        ku, kv = jax.random.split(jax.random.fold_in(key_restart, j))
+        u_M = jvp(V_KN[j]) - jnp.where(j > 0, beta_K[j - 1], 0) * U_KM[j - 1]
+        u_M, a = _orthonormalize(u_M, U_KM, ku, scale)
+        scale = jnp.maximum(scale, a)
+        v_N = vjp(u_M) - a * V_KN[j]
+        v_N, b = _orthonormalize(v_N, V_KN, kv, scale)
+        scale = jnp.maximum(scale, b)
+        U_KM, V_KN = U_KM.at[j].set(u_M), V_KN.at[j + 1].set(v_N)
+        alpha_K, beta_K = alpha_K.at[j].set(a), beta_K.at[j].set(b)
+        theta_k, p_k = _ritz(alpha_K, beta_K, j, k)
+        rel = jnp.max(b * jnp.abs(p_k)) / jnp.maximum(theta_k[0], jnp.finfo(x.dtype).tiny)
+        return j + 1, V_KN, U_KM, alpha_K, beta_K, scale, theta_k, rel
+
+    def cond(state):
+        j, rel = state[0], state[-1]
+        return (j < max_dim) & ((j < k) | (rel > tol))
+
+    init = (jnp.int32(0), V_KN, U_KM, zeros_K, zeros_K, jnp.zeros((), x.dtype),
+            jnp.zeros((k,), x.dtype), jnp.asarray(jnp.inf, x.dtype))
+    j, *_, theta_k, rel = jax.lax.while_loop(cond, body, init)
+    return theta_k, j, rel, checks.count_nonfinite(y_M)
+
+
+@functools.partial(jax.jit, static_argnames=("f", "num_probes", "chunk_size"))
+def hutchinson(f, x, key, num_probes, chunk_size):
+    """Hutchinson ||J||_F^2 = E ||J z||^2 over Rademacher z. Returns (mean, stderr, #non-finite)."""
+    y_M, jvp, _ = linear_ops(f, x)
+    z_PN = jax.random.rademacher(key, (num_probes, x.size), x.dtype)
+    sq_P = jax.lax.map(lambda z_N: jnp.sum(jvp(z_N) ** 2), z_PN, batch_size=chunk_size)
+    stderr = jnp.std(sq_P, ddof=1) / jnp.sqrt(num_probes)
+    return jnp.mean(sq_P), stderr, checks.count_nonfinite(y_M)
