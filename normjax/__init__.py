@@ -1,0 +1,28 @@
+"""normjax: where should normalization sit in a residual Transformer block, measured in JAX/Flax NNX."""
+
+from normjax import jacobian
+from normjax.blocks import Block, BlockContext
+from normjax.config import NORMS, PLACEMENTS, ModelConfig
+from normjax.init import admin_omega, deepnorm_constants, gpt2_scale, tfixup_scale
+from normjax.model import Transformer
+from normjax.norms import make_norm
+from normjax.probing import (
+    StackProbes,
+    block_context,
+    block_fn,
+    embed,
+    layer_params,
+    num_blocks,
+    probe,
+    profile_admin,
+    stack_fn,
+    stack_names,
+    sublayer_fn,
+)
+
+__all__ = [
+    "NORMS", "PLACEMENTS", "Block", "BlockContext", "ModelConfig", "StackProbes", "Transformer",
+    "admin_omega", "block_context", "block_fn", "deepnorm_constants", "embed", "gpt2_scale", "jacobian",
+    "layer_params", "make_norm", "num_blocks", "probe", "profile_admin", "stack_fn", "stack_names",
+    "sublayer_fn", "tfixup_scale",
+]

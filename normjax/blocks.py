@@ -1,0 +1,125 @@
+"""One Transformer block: attention (+ cross attention) and MLP sublayers, each wired by the block's placement."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from normjax import placements
+from normjax.config import ModelConfig
+from normjax.init import block_init, kernel_init
+from normjax.layers import MLP, Attention, dropout
+from normjax.norms import make_norm
+
+
+@struct.dataclass
+class BlockContext:
+    """What a block needs besides its input: attention biases and, in a seq2seq decoder, the memory."""
+
+    self_bias: jax.Array | None = None  # (B, 1, T, T) additive mask, None = attend everywhere
+    memory: jax.Array | None = None  # (B, S, D) encoder output
+    cross_bias: jax.Array | None = None  # (B, 1, T, S)
+
+
+def norm_factory(cfg: ModelConfig):
+    """make_norm with the config's kind, eps, DyT alpha and dtype bound: call it with the width d."""
+    return functools.partial(make_norm, cfg.norm, eps=cfg.norm_eps, dyt_alpha=cfg.dyt_alpha,
+                             param_dtype=jnp.dtype(cfg.param_dtype))
+
+
+class Sublayer(nnx.Module):
+    """A branch F (attention or MLP) and the norms, constants and gate its placement wires around it."""
+
+    def __init__(self, cfg: ModelConfig, name: str, placement: str, branch: nnx.Module, init,
+                 *, shared_gate: bool):
+        wiring = placements.wiring(placement, name)
+        self.name, self.wire = name, wiring.fn
+        self.branch = branch
+        d, pdt = cfg.d_model, jnp.dtype(cfg.param_dtype)
+        make = norm_factory(cfg)
+        self.norm = make(d) if wiring.norms >= 1 else None
+        self.norm2 = make(d) if wiring.norms >= 2 else None
+        self.alpha = init.deepnorm_alpha
+        self.omega = nnx.Param(jnp.full((d,), init.admin_omega, pdt)) if placement == "admin" else None
+        gate_shape = {"scalar": None if shared_gate else (), "channel": (d,)}.get(wiring.gate)
+        self.gate = None if gate_shape is None else nnx.Param(jnp.full(gate_shape, init.gate_init, pdt))
+
+    def __call__(self, x, F, records, shared_gate=None):
+        def rec(role, z):
+            records[f"{self.name}.{role}"] = z
+            return z
+
+        gate = shared_gate if self.gate is None else self.gate.value
+        return self.wire(self, x, F, rec, None if gate is None else gate.astype(x.dtype))
+
+
+class Block(nnx.Module):
+    """Self attention, cross attention (seq2seq decoder only) and MLP, each a wired Sublayer."""
+
+    def __init__(self, cfg: ModelConfig, stack: str, placement: str, *, rngs: nnx.Rngs):
+        init = block_init(cfg, stack, placement)
+        init_fn = functools.partial(kernel_init, cfg)
+        shared = placement == "rezero" and not cfg.rezero_per_sublayer
+        dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+        self.placement, self.dropout_rate = placement, cfg.dropout
+        self.gate = nnx.Param(jnp.zeros((), pdt)) if shared else None
+
+        def attention(name):
+            qkv = placements.wiring(placement, name).qkv_norm
+            norm_kwargs = dict(eps=cfg.norm_eps, dyt_alpha=cfg.dyt_alpha, param_dtype=pdt)
+            branch = Attention(cfg.d_model, cfg.num_heads, init.gains, init_fn=init_fn,
+                               norm_kind=cfg.norm if qkv else None, norm_kwargs=norm_kwargs,
+                               dtype=dt, param_dtype=pdt, rngs=rngs)
+            return Sublayer(cfg, name, placement, branch, init, shared_gate=shared)
+
+        self.attn = attention("attn")
+        self.cross = attention("cross") if cfg.has_cross_attention(stack) else None
+        mlp = MLP(cfg.d_model, cfg.d_ff, init.gains, init_fn=init_fn, activation=cfg.activation,
+                  dtype=dt, param_dtype=pdt, rngs=rngs)
+        self.ffn = Sublayer(cfg, "ffn", placement, mlp, init, shared_gate=shared)
+
+    def sublayers(self) -> tuple[Sublayer, ...]:
+        return tuple(s for s in (self.attn, self.cross, self.ffn) if s is not None)
+
+    def branch(self, sublayer: Sublayer, ctx: BlockContext, records, key=None):
+        """The branch function F(h) of `sublayer`, residual dropout included."""
+        rate = self.dropout_rate
+        keys = (None, None) if key is None else tuple(jax.random.split(key))
+        rec = lambda role, z: records.setdefault(f"{sublayer.name}.{role}", z)
+
+        def F(h):
+            if sublayer.name == "ffn":
+                out = sublayer.branch(h, dropout_rate=rate, key=keys[0])
+            elif sublayer.name == "attn":
+                out = sublayer.branch(h, h, ctx.self_bias, record=rec, dropout_rate=rate, key=keys[0])
+            else:
+                out = sublayer.branch(h, ctx.memory, ctx.cross_bias, record=rec, dropout_rate=rate,
+                                      key=keys[0])
+            records[f"{sublayer.name}.out"] = out
+            return dropout(out, rate, keys[1])
+
+        return F
+
+    def apply_sublayer(self, sublayer: Sublayer, x, ctx: BlockContext, records, key=None):
+        """x after one wired sublayer; fills `records` with its norm inputs and branch output."""
+        shared_gate = None if self.gate is None else self.gate.value
+        return sublayer(x, self.branch(sublayer, ctx, records, key), records, shared_gate)
+
+    def __call__(self, x, ctx: BlockContext, key=None):
+        """(y, records): the block output and {site: array} for every norm input and branch output."""
+        records = {}
+        subs = self.sublayers()
+        keys = [None] * len(subs) if key is None else list(jax.random.split(key, len(subs)))
+        for sublayer, k in zip(subs, keys, strict=True):
+            x = self.apply_sublayer(sublayer, x, ctx, records, k)
+        return x, records
+
+
+def split_records(records: dict) -> tuple[dict, dict]:
+    """({norm site: input}, {sublayer: branch output}) from a block's records."""
+    norm_inputs = {k: v for k, v in records.items() if not k.endswith(".out")}
+    branch_outputs = {k.removesuffix(".out"): v for k, v in records.items() if k.endswith(".out")}
+    return norm_inputs, branch_outputs

@@ -1,0 +1,180 @@
+"""ModelConfig: the typed, validated description of one Transformer."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+ARCHS = ("decoder", "encoder", "encoder_decoder")
+PLACEMENTS = (
+    "post", "pre", "sandwich", "branch_post", "deepnorm", "admin", "rezero",
+    "layerscale", "skipinit", "tfixup", "mixln", "hybrid",
+)
+# Placements that name one wiring per layer (mixln is a recipe that resolves to post/pre per layer).
+LAYER_PLACEMENTS = tuple(p for p in PLACEMENTS if p != "mixln")
+# Placements whose residual stream leaves a block un-normalized, so the stack needs a final norm.
+NEEDS_FINAL_NORM = ("pre", "sandwich", "branch_post", "layerscale")
+NORMS = ("layernorm", "rmsnorm", "dyt", "none")
+ACTIVATIONS = ("relu", "gelu")
+POS_ENCODINGS = ("sinusoidal", "learned")
+BRANCH_SCALINGS = ("none", "gpt2")
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+def _fail(field: str, value, expected: str):
+    raise ValueError(f"ModelConfig.{field}={value!r} is invalid: {expected}")
+
+
+def _check_choice(field: str, value, choices):
+    if value not in choices:
+        _fail(field, value, f"valid choices are {', '.join(map(repr, choices))}")
+
+
+def _check_positive_int(field: str, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        _fail(field, value, "must be a positive integer")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """One Transformer: topology, placement, norm kind and init rules.
+
+    `placement` is a name from PLACEMENTS or a tuple with one name per layer (encoder layers first, then
+    decoder layers, for `encoder_decoder`). Invalid values raise `ValueError` naming the field, the value and
+    the valid choices. `theory=True` is Xiong et al.'s analysis setting: one head, W^Q = W^K = 0, weights
+    N(0, 1/fan_in), zero biases, gamma = 1, beta = 0.
+    """
+
+    arch: str = "decoder"
+    vocab_size: int = 256
+    d_model: int = 64
+    num_heads: int = 4
+    d_ff: int = 256
+    num_layers: int = 2
+    num_decoder_layers: int | None = None  # encoder_decoder only; None = num_layers
+    placement: str | tuple[str, ...] = "pre"
+    norm: str = "layernorm"
+    norm_eps: float = 1e-5
+    final_norm: bool | None = None  # None = auto: on when the last layer's placement needs it
+    activation: str = "relu"
+    dropout: float = 0.0
+    max_len: int = 512
+    pos_encoding: str = "sinusoidal"
+    tie_embeddings: bool = True
+    branch_scaling: str = "none"  # "gpt2": scale branch output projections by 1/sqrt(#sublayers)
+    scan_layers: bool = False
+    remat: bool = False
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    theory: bool = False
+    mixln_fraction: float = 0.25  # mixln: post for the first floor(fraction * L) layers, pre after
+    rezero_per_sublayer: bool = False  # rezero: one alpha per sublayer instead of one per layer
+    layerscale_init: float | None = None  # None = CaiT's rule by depth (0.1 / 1e-5 / 1e-6)
+    dyt_alpha: float = 0.5
+    deepnorm_alpha: float | None = None  # None = paper value for this topology
+    deepnorm_beta: float | None = None
+    admin_omega: float | None = None  # None = closed form sqrt((N+1)/ln(N+1) - 1)
+
+    def __post_init__(self):
+        _check_choice("arch", self.arch, ARCHS)
+        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "num_layers", "max_len"):
+            _check_positive_int(name, getattr(self, name))
+        if self.num_decoder_layers is not None:
+            if self.arch != "encoder_decoder":
+                _fail("num_decoder_layers", self.num_decoder_layers,
+                      "only encoder_decoder has a separate decoder depth; leave it None")
+            _check_positive_int("num_decoder_layers", self.num_decoder_layers)
+        if self.d_model % self.num_heads:
+            _fail("num_heads", self.num_heads, f"must divide d_model={self.d_model}")
+        self._check_placement()
+        _check_choice("norm", self.norm, NORMS)
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
+        _check_choice("branch_scaling", self.branch_scaling, BRANCH_SCALINGS)
+        _check_choice("dtype", self.dtype, DTYPES)
+        _check_choice("param_dtype", self.param_dtype, DTYPES)
+        if not (isinstance(self.norm_eps, int | float) and self.norm_eps >= 0):
+            _fail("norm_eps", self.norm_eps, "must be a number >= 0")
+        if not (isinstance(self.dropout, int | float) and 0 <= self.dropout < 1):
+            _fail("dropout", self.dropout, "must be in [0, 1)")
+        if not 0 <= self.mixln_fraction <= 1:
+            _fail("mixln_fraction", self.mixln_fraction, "must be in [0, 1]")
+        for name in ("deepnorm_alpha", "deepnorm_beta", "admin_omega", "dyt_alpha"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int | float) and value > 0):
+                _fail(name, value, "must be a positive number (or None for the paper value)")
+        if self.layerscale_init is not None and self.layerscale_init < 0:
+            _fail("layerscale_init", self.layerscale_init, "must be >= 0 (or None for CaiT's rule)")
+        if self.theory and self.num_heads != 1:
+            _fail("num_heads", self.num_heads, "theory=True is Xiong et al.'s single-head setting; use 1")
+        if self.scan_layers:
+            for stack in self.stacks:
+                if len(set(self.layer_placements(stack))) > 1:
+                    _fail("scan_layers", True, f"needs one placement for every {stack} layer; "
+                          f"got {self.layer_placements(stack)} (use scan_layers=False)")
+
+    def _check_placement(self):
+        total = self.num_layers + (self.decoder_layers if self.arch == "encoder_decoder" else 0)
+        if isinstance(self.placement, str):
+            _check_choice("placement", self.placement, PLACEMENTS)
+            return
+        if not isinstance(self.placement, tuple | list):
+            _fail("placement", self.placement, "must be a name or a tuple of names, one per layer")
+        if len(self.placement) != total:
+            _fail("placement", self.placement,
+                  f"a per-layer tuple needs {total} entries (one per layer, encoder first), "
+                  f"got {len(self.placement)}")
+        for name in self.placement:
+            if name not in LAYER_PLACEMENTS:
+                _fail("placement", name, f"per-layer entries must be one of {LAYER_PLACEMENTS}")
+        object.__setattr__(self, "placement", tuple(self.placement))
+
+    @property
+    def decoder_layers(self) -> int:
+        """Depth of the seq2seq decoder (num_decoder_layers, defaulting to num_layers)."""
+        return self.num_decoder_layers or self.num_layers
+
+    @property
+    def stacks(self) -> tuple[str, ...]:
+        """The stack names of this topology, in call order."""
+        return {"decoder": ("decoder",), "encoder": ("encoder",),
+                "encoder_decoder": ("encoder", "decoder")}[self.arch]
+
+    def stack_depth(self, stack: str) -> int:
+        """Number of blocks in `stack`."""
+        _check_choice("stack", stack, self.stacks)
+        if self.arch == "encoder_decoder" and stack == "decoder":
+            return self.decoder_layers
+        return self.num_layers
+
+    def has_cross_attention(self, stack: str) -> bool:
+        return self.arch == "encoder_decoder" and stack == "decoder"
+
+    def sublayers_per_block(self, stack: str) -> int:
+        return 3 if self.has_cross_attention(stack) else 2
+
+    def layer_placements(self, stack: str) -> tuple[str, ...]:
+        """One placement name per block of `stack` (mixln resolved to post/pre)."""
+        depth = self.stack_depth(stack)
+        if isinstance(self.placement, tuple):
+            offset = self.num_layers if (self.arch == "encoder_decoder" and stack == "decoder") else 0
+            return self.placement[offset:offset + depth]
+        if self.placement == "mixln":
+            num_post = math.floor(self.mixln_fraction * depth)
+            return ("post",) * num_post + ("pre",) * (depth - num_post)
+        return (self.placement,) * depth
+
+    def has_final_norm(self, stack: str) -> bool:
+        """Whether `stack` ends with a norm (auto: the last block leaves the stream un-normalized)."""
+        if self.norm == "none":
+            return False
+        if self.final_norm is not None:
+            return self.final_norm
+        return self.layer_placements(stack)[-1] in NEEDS_FINAL_NORM
+
+    def replace(self, **changes) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

@@ -1,0 +1,199 @@
+"""The Transformer: embeddings, stacks of blocks (Python loop or nnx.scan), final norms, output head."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from normjax.blocks import Block, BlockContext, norm_factory
+from normjax.config import ModelConfig
+from normjax.init import embedding_scale
+from normjax.layers import attention_bias, dropout
+
+
+def sinusoidal_positions(max_len: int, d: int) -> np.ndarray:
+    """Vaswani's fixed sin/cos position table (max_len, d)."""
+    pos = np.arange(max_len)[:, None]
+    inv_freq = np.exp(-math.log(10000.0) * np.arange(0, d, 2) / d)
+    table = np.zeros((max_len, d))
+    table[:, 0::2] = np.sin(pos * inv_freq)
+    table[:, 1::2] = np.cos(pos * inv_freq)[:, : d // 2]
+    return table
+
+
+class Embedder(nnx.Module):
+    """tokens -> sqrt(d) * E[tokens] + positions, E ~ N(0, 1/d) (times T-Fixup's factor where it applies)."""
+
+    def __init__(self, cfg: ModelConfig, stack: str, *, rngs: nnx.Rngs):
+        d, pdt = cfg.d_model, jnp.dtype(cfg.param_dtype)
+        std = d**-0.5 * embedding_scale(cfg, stack)
+        self.table = nnx.Embed(cfg.vocab_size, d, embedding_init=nnx.initializers.normal(std),
+                               param_dtype=pdt, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
+        self.scale = math.sqrt(d)
+        self.dropout_rate = cfg.dropout
+        if cfg.pos_encoding == "learned":
+            self.positions = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (cfg.max_len, d), pdt))
+        else:
+            self.positions = nnx.Variable(jnp.asarray(sinusoidal_positions(cfg.max_len, d), pdt))
+
+    def __call__(self, tokens_BT, key=None):
+        T = tokens_BT.shape[1]
+        x = self.table(tokens_BT) * self.scale
+        x = x + self.positions.value[:T].astype(x.dtype)
+        return dropout(x, self.dropout_rate, key)
+
+
+def _make_layers(cfg: ModelConfig, stack: str, rngs: nnx.Rngs):
+    placements = cfg.layer_placements(stack)
+    if not cfg.scan_layers:
+        return nnx.List([Block(cfg, stack, p, rngs=rngs) for p in placements])
+
+    @nnx.split_rngs(splits=len(placements))
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def make(rngs):
+        return Block(cfg, stack, placements[0], rngs=rngs)
+
+    return make(rngs)
+
+
+class Stack(nnx.Module):
+    """A stack of blocks and its optional final norm; returns every stream it passes through."""
+
+    def __init__(self, cfg: ModelConfig, stack: str, *, rngs: nnx.Rngs):
+        self.name, self.depth = stack, cfg.stack_depth(stack)
+        self.scanned, self.remat = cfg.scan_layers, cfg.remat
+        self.causal = stack == "decoder"
+        self.layers = _make_layers(cfg, stack, rngs)
+        self.final_norm = norm_factory(cfg)(cfg.d_model) if cfg.has_final_norm(stack) else None
+
+    def block(self, l: int) -> Block:
+        """Block l as a module (a copy of the l-th slice when the layers are scanned)."""
+        if not 0 <= l < self.depth:
+            raise IndexError(f"block {l} out of range for the {self.depth}-block {self.name} stack")
+        if not self.scanned:
+            return self.layers[l]
+        graphdef, state = nnx.split(self.layers)
+        return nnx.merge(graphdef, jax.tree.map(lambda a: a[l], state), copy=True)
+
+    def run_blocks(self, x, ctx: BlockContext, key=None, start: int = 0, stop: int | None = None,
+                   record: bool = False):
+        """(x_stop, records): blocks start..stop-1; records[l] is {site: array} when `record`."""
+        stop = self.depth if stop is None else stop
+        layer_keys = None if key is None else jax.random.split(key, self.depth)
+
+        def call(block, x, k):
+            y, recs = block(x, ctx, k)
+            return y, ({"stream": x} | recs if record else {})
+
+        if self.remat:
+            call = nnx.remat(call)
+        if not self.scanned:
+            records = []
+            for l in range(start, stop):
+                x, rec = call(self.layers[l], x, None if key is None else layer_keys[l])
+                records.append(rec)
+            return x, records
+        if (start, stop) != (0, self.depth):  # a slice of a scanned stack: per-block copies
+            records = []
+            for l in range(start, stop):
+                x, rec = call(self.block(l), x, None if key is None else layer_keys[l])
+                records.append(rec)
+            return x, records
+
+        @nnx.scan(in_axes=(nnx.Carry, 0, 0), out_axes=(nnx.Carry, 0))
+        def body(x, block, k):
+            return call(block, x, None if key is None else k)
+
+        keys = layer_keys if key is not None else jnp.zeros((self.depth,))
+        x, stacked = body(x, self.layers, keys)
+        return x, [jax.tree.map(lambda a, l=l: a[l], stacked) for l in range(self.depth)]
+
+    def __call__(self, x, ctx: BlockContext, key=None, record: bool = False):
+        """(output, records, final_norm_input): the stack's output after its final norm (if any)."""
+        x, records = self.run_blocks(x, ctx, key, record=record)
+        out = x if self.final_norm is None else self.final_norm(x)
+        return out, records, x
+
+
+class Transformer(nnx.Module):
+    """Decoder-only LM, bidirectional encoder, or encoder-decoder, as `cfg.arch` says.
+
+    Call it as `model(tokens, padding_mask=...)` (decoder / encoder) or `model(src, tgt, src_mask=...,
+    tgt_mask=...)` (encoder_decoder); masks are True for real tokens. `dropout_rng=None` is deterministic.
+    """
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.stacks = nnx.Dict({s: Stack(cfg, s, rngs=rngs) for s in cfg.stacks})
+        self.embedders = nnx.Dict({s: Embedder(cfg, s, rngs=rngs) for s in cfg.stacks})
+        self.head = None
+        if not cfg.tie_embeddings:
+            self.head = nnx.Linear(cfg.d_model, cfg.vocab_size, use_bias=False,
+                                   kernel_init=nnx.initializers.variance_scaling(1.0, "fan_avg", "normal"),
+                                   dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype),
+                                   rngs=rngs)
+
+    # -- contexts -----------------------------------------------------------------------------------
+    def context(self, stack: str, tokens_BT, mask_BT=None, memory_BSD=None, memory_mask_BS=None):
+        """The BlockContext of `stack` for these tokens, masks and (seq2seq decoder) encoder memory."""
+        dt = jnp.dtype(self.cfg.dtype)
+        T = tokens_BT.shape[1]
+        causal = self.stacks[stack].causal
+        ctx = BlockContext(self_bias=attention_bias(mask_BT, T, T, causal=causal, dtype=dt))
+        if self.cfg.has_cross_attention(stack):
+            if memory_BSD is None:
+                raise ValueError("the encoder_decoder decoder needs the encoder memory")
+            S = memory_BSD.shape[1]
+            cross = attention_bias(memory_mask_BS, T, S, causal=False, dtype=dt)
+            ctx = ctx.replace(memory=memory_BSD, cross_bias=cross)
+        return ctx
+
+    def _run(self, stack, tokens_BT, mask_BT, key, record, memory=None, memory_mask=None):
+        keys = (None, None) if key is None else tuple(jax.random.split(key))
+        x = self.embedders[stack](tokens_BT, keys[0])
+        ctx = self.context(stack, tokens_BT, mask_BT, memory, memory_mask)
+        return self.stacks[stack](x, ctx, keys[1], record=record)
+
+    def logits(self, x_BTD):
+        if self.head is not None:
+            return self.head(x_BTD)
+        table = self.embedders[self.cfg.stacks[-1]].table.embedding.value
+        return x_BTD @ table.T.astype(x_BTD.dtype)
+
+    # -- forward ------------------------------------------------------------------------------------
+    def forward(self, *inputs, padding_mask=None, src_mask=None, tgt_mask=None, dropout_rng=None,
+                record: bool = False):
+        """(logits, traces): traces[stack] = (records per block, final-norm input) when `record`."""
+        cfg = self.cfg
+        if cfg.arch == "encoder_decoder":
+            if len(inputs) != 2 or padding_mask is not None:
+                raise TypeError("encoder_decoder is called as model(src, tgt, src_mask=, tgt_mask=)")
+            src, tgt = inputs
+            ekey, dkey = (None, None) if dropout_rng is None else tuple(jax.random.split(dropout_rng))
+            memory, erec, efinal = self._run("encoder", src, src_mask, ekey, record)
+            out, drec, dfinal = self._run("decoder", tgt, tgt_mask, dkey, record, memory, src_mask)
+            traces = {"encoder": (erec, efinal), "decoder": (drec, dfinal)}
+        else:
+            if len(inputs) != 1 or src_mask is not None or tgt_mask is not None:
+                raise TypeError(f"{cfg.arch} is called as model(tokens, padding_mask=)")
+            stack = cfg.stacks[0]
+            out, rec, final = self._run(stack, inputs[0], padding_mask, dropout_rng, record)
+            traces = {stack: (rec, final)}
+        return self.logits(out), traces
+
+    def __call__(self, *inputs, padding_mask=None, src_mask=None, tgt_mask=None, dropout_rng=None):
+        return self.forward(*inputs, padding_mask=padding_mask, src_mask=src_mask, tgt_mask=tgt_mask,
+                            dropout_rng=dropout_rng)[0]
+
+    def encode(self, src_BS, src_mask=None, dropout_rng=None):
+        """Encoder memory (B, S, D) of an encoder_decoder model."""
+        return self._run("encoder", src_BS, src_mask, dropout_rng, False)[0]
+
+    def decode(self, tgt_BT, memory_BSD, src_mask=None, tgt_mask=None, dropout_rng=None):
+        """Decoder logits (B, T, V) given the encoder memory."""
+        out = self._run("decoder", tgt_BT, tgt_mask, dropout_rng, False, memory_BSD, src_mask)[0]
+        return self.logits(out)

@@ -1,0 +1,66 @@
+"""Normalization layers over the last axis (LayerNorm, RMSNorm, DyT, identity) and make_norm(kind)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import nnx
+
+
+class LayerNorm(nnx.Module):
+    """gamma * (z - mean) / sqrt(var + eps) + beta, with the biased variance (as in the papers)."""
+
+    def __init__(self, d: int, *, eps: float = 1e-5, param_dtype=jnp.float32):
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((d,), param_dtype))
+        self.bias = nnx.Param(jnp.zeros((d,), param_dtype))
+
+    def __call__(self, z):
+        centered = z - z.mean(-1, keepdims=True)
+        sigma = jnp.sqrt((centered**2).mean(-1, keepdims=True) + self.eps)
+        return centered / sigma * self.scale.value.astype(z.dtype) + self.bias.value.astype(z.dtype)
+
+
+class RMSNorm(nnx.Module):
+    """gamma * z / sqrt(mean(z^2) + eps)."""
+
+    def __init__(self, d: int, *, eps: float = 1e-5, param_dtype=jnp.float32):
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((d,), param_dtype))
+
+    def __call__(self, z):
+        rms = jnp.sqrt((z**2).mean(-1, keepdims=True) + self.eps)
+        return z / rms * self.scale.value.astype(z.dtype)
+
+
+class DyT(nnx.Module):
+    """Dynamic Tanh (Zhu et al. 2025): gamma * tanh(alpha * z) + beta, scalar alpha initialised to alpha0."""
+
+    def __init__(self, d: int, *, alpha0: float = 0.5, param_dtype=jnp.float32):
+        self.alpha = nnx.Param(jnp.full((), alpha0, param_dtype))
+        self.scale = nnx.Param(jnp.ones((d,), param_dtype))
+        self.bias = nnx.Param(jnp.zeros((d,), param_dtype))
+
+    def __call__(self, z):
+        alpha = self.alpha.value.astype(z.dtype)
+        return jnp.tanh(alpha * z) * self.scale.value.astype(z.dtype) + self.bias.value.astype(z.dtype)
+
+
+class Identity(nnx.Module):
+    """norm="none": passes its input through."""
+
+    def __call__(self, z):
+        return z
+
+
+def make_norm(kind: str, d: int, *, eps: float = 1e-5, dyt_alpha: float = 0.5,
+              param_dtype=jnp.float32) -> nnx.Module:
+    """The norm layer of `kind` ("layernorm", "rmsnorm", "dyt", "none") over a last axis of size d."""
+    if kind == "layernorm":
+        return LayerNorm(d, eps=eps, param_dtype=param_dtype)
+    if kind == "rmsnorm":
+        return RMSNorm(d, eps=eps, param_dtype=param_dtype)
+    if kind == "dyt":
+        return DyT(d, alpha0=dyt_alpha, param_dtype=param_dtype)
+    if kind == "none":
+        return Identity()
+    raise ValueError(f"unknown norm kind {kind!r}: valid choices are layernorm, rmsnorm, dyt, none")

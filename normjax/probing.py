@@ -1,0 +1,194 @@
+"""Probing hooks: residual streams and norm inputs of every block, blocks as pure functions, per-layer params.
+
+These functions are the only way analysis and training code look inside a model (see docs/model_api.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from normjax.blocks import BlockContext, split_records
+from normjax.layers import attention_bias
+from normjax.model import Transformer
+
+
+@dataclasses.dataclass
+class StackProbes:
+    """What one stack saw in a forward pass.
+
+    streams[l] (B, T, D) enters block l; streams[L] leaves the last block. norm_inputs[l] maps every norm
+    site of block l ("attn.pre", "ffn.post", ...) to its input; branch_outputs[l] maps each sublayer
+    ("attn", "cross", "ffn") to its branch output F(.). final_norm_input is streams[L] when the stack has a
+    final norm, else None.
+    """
+
+    streams: list
+    norm_inputs: list
+    branch_outputs: list
+    final_norm_input: jax.Array | None
+
+
+def stack_names(model: Transformer) -> tuple[str, ...]:
+    """("decoder",), ("encoder",) or ("encoder", "decoder")."""
+    return model.cfg.stacks
+
+
+def num_blocks(model: Transformer, stack: str) -> int:
+    return model.cfg.stack_depth(stack)
+
+
+def _stack_name(model: Transformer, stack: str | None) -> str:
+    names = stack_names(model)
+    if stack is None:
+        return names[-1]
+    if stack not in names:
+        raise ValueError(f"stack={stack!r} is not in this {model.cfg.arch} model: valid are {names}")
+    return stack
+
+
+def probe(model: Transformer, *inputs, **masks) -> tuple[jax.Array, dict[str, StackProbes]]:
+    """(logits, {stack: StackProbes}) from one deterministic forward pass; arguments as for model(...)."""
+    logits, traces = model.forward(*inputs, **masks, record=True)
+    probes = {}
+    for stack, (records, final_input) in traces.items():
+        streams = [rec["stream"] for rec in records] + [final_input]
+        split = [split_records({k: v for k, v in rec.items() if k != "stream"}) for rec in records]
+        has_final = model.stacks[stack].final_norm is not None
+        probes[stack] = StackProbes(streams, [s[0] for s in split], [s[1] for s in split],
+                                    final_input if has_final else None)
+    return logits, probes
+
+
+def embed(model: Transformer, tokens_BT, stack: str | None = None):
+    """The residual stream entering block 0 of `stack` (deterministic)."""
+    return model.embedders[_stack_name(model, stack)](tokens_BT)
+
+
+def block_context(model: Transformer, *inputs, stack: str | None = None, padding_mask=None,
+                  src_mask=None, tgt_mask=None) -> BlockContext:
+    """The BlockContext of `stack` for these inputs (masks; encoder memory for a seq2seq decoder)."""
+    stack = _stack_name(model, stack)
+    if model.cfg.arch != "encoder_decoder":
+        return model.context(stack, inputs[0], padding_mask)
+    src, tgt = inputs
+    if stack == "encoder":
+        return model.context("encoder", src, src_mask)
+    return model.context("decoder", tgt, tgt_mask, model.encode(src, src_mask), src_mask)
+
+
+def _as_batched(x):
+    return (x[None], True) if x.ndim == 2 else (x, False)
+
+
+def _pure(model: Transformer, stack: str | None, context: BlockContext | None, body):
+    """f(x) = body(module copy, stack name, x (B, T, D), ctx), accepting (T, D) or (B, T, D)."""
+    stack = _stack_name(model, stack)
+    if context is None and model.cfg.has_cross_attention(stack):
+        raise ValueError("a seq2seq decoder block needs a context with the encoder memory: "
+                         "pass context=normjax.block_context(model, src, tgt, stack='decoder')")
+    graphdef, state = nnx.split(model)
+    causal = model.stacks[stack].causal
+
+    def f(x):
+        m = nnx.merge(graphdef, state, copy=True)
+        x_BTD, squeeze = _as_batched(x)
+        ctx = context
+        if ctx is None:
+            T = x_BTD.shape[1]
+            ctx = BlockContext(self_bias=attention_bias(None, T, T, causal=causal, dtype=x_BTD.dtype))
+        y = body(m, stack, x_BTD, ctx)
+        return y[0] if squeeze else y
+
+    return f
+
+
+def block_fn(model: Transformer, l: int, stack: str | None = None,
+             context: BlockContext | None = None):
+    """Block l of `stack` as a pure function x -> y of (T, D) or (B, T, D), deterministic."""
+    return _pure(model, stack, context, lambda m, s, x, ctx: m.stacks[s].block(l)(x, ctx)[0])
+
+
+def sublayer_fn(model: Transformer, l: int, sublayer: str, stack: str | None = None,
+                context: BlockContext | None = None):
+    """x -> x after sublayer ("attn", "cross" or "ffn") of block l, wired as the block's placement says."""
+
+    def body(m, s, x, ctx):
+        block = m.stacks[s].block(l)
+        subs = {sub.name: sub for sub in block.sublayers()}
+        if sublayer not in subs:
+            raise ValueError(f"sublayer={sublayer!r}: block {l} of {s} has {tuple(subs)}")
+        return block.apply_sublayer(subs[sublayer], x, ctx, {})
+
+    return _pure(model, stack, context, body)
+
+
+def stack_fn(model: Transformer, start: int = 0, stop: int | None = None, stack: str | None = None,
+             context: BlockContext | None = None):
+    """x_start -> x_stop through blocks start..stop-1 (default stop: the last block; no final norm)."""
+    return _pure(model, stack, context,
+                 lambda m, s, x, ctx: m.stacks[s].run_blocks(x, ctx, start=start, stop=stop)[0])
+
+
+def layer_params(tree: nnx.State, model: Transformer, stack: str | None = None) -> list[dict]:
+    """[{name: array} per block of `stack`] from a State shaped like the model's params (or their grads)."""
+    stack = _stack_name(model, stack)
+    layers = tree["stacks"][stack]["layers"]
+    depth = num_blocks(model, stack)
+    out = [{} for _ in range(depth)]
+    for path, leaf in nnx.to_flat_state(layers):
+        value = leaf.value if isinstance(leaf, nnx.Variable) else leaf
+        if model.cfg.scan_layers:
+            for l in range(depth):
+                out[l]["/".join(map(str, path))] = value[l]
+        else:
+            out[int(path[0])]["/".join(map(str, path[1:]))] = value
+    return out
+
+
+def profile_admin(model: Transformer, *inputs, **masks) -> dict[str, list[dict[str, float]]]:
+    """Set every Admin omega from one deterministic forward pass (Liu et al. 2020, profiling).
+
+    omega_i^2 = Var[x_0] + sum_{j<i} Var[f_j(x_{j-1})]: the embedding's variance plus the variances of all
+    earlier branch outputs of the stack, each sublayer profiled with the omegas already set before it.
+    Variances are taken over real (unpadded) tokens. Returns {stack: [{sublayer: omega} per block]}.
+    """
+    cfg = model.cfg
+    result = {}
+    src_mask = masks.get("src_mask")
+    for i, stack in enumerate(stack_names(model)):
+        tokens = inputs[i] if cfg.arch == "encoder_decoder" else inputs[0]
+        mask = masks.get("padding_mask") if cfg.arch != "encoder_decoder" else (
+            src_mask if stack == "encoder" else masks.get("tgt_mask"))
+        ctx = block_context(model, *inputs, stack=stack, **masks)
+        weight = jnp.ones(tokens.shape, bool) if mask is None else mask
+
+        def variance(z, weight=weight):
+            w = weight[..., None].astype(z.dtype)
+            count = w.sum() * z.shape[-1]
+            mean = (z * w).sum() / count
+            return float((((z - mean) ** 2) * w).sum() / count)
+
+        x = embed(model, tokens, stack)
+        acc = variance(x)
+        st = model.stacks[stack]
+        result[stack], per_block = [], []
+        for l in range(st.depth):
+            block, omegas = st.block(l), {}
+            for sub in block.sublayers():
+                if sub.omega is not None:
+                    omegas[sub.name] = acc**0.5
+                    sub.omega.value = jnp.full_like(sub.omega.value, acc**0.5)
+                records = {}
+                x = block.apply_sublayer(sub, x, ctx, records)
+                acc += variance(records[f"{sub.name}.out"])
+            result[stack].append(omegas)
+            per_block.append(block)
+        if st.scanned:
+            for name in result[stack][0]:
+                stacked = jnp.stack([getattr(b, name).omega.value for b in per_block])
+                getattr(st.layers, name).omega.value = stacked
+    return result
