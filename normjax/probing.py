@@ -143,10 +143,15 @@ def layer_params(tree: nnx.State, model: Transformer, stack: str | None = None) 
         value = leaf.value if isinstance(leaf, nnx.Variable) else leaf
         if model.cfg.scan_layers:
             for l in range(depth):
-                out[l]["/".join(map(str, path))] = value[l]
+                out[l][_param_name(path)] = value[l]
         else:
-            out[int(path[0])]["/".join(map(str, path[1:]))] = value
+            out[int(path[0])][_param_name(path[1:])] = value
     return out
+
+
+def _param_name(path) -> str:
+    """"ffn/fc1/kernel" for the path ("ffn", "branch", "fc1", "kernel"): the branch module is elided."""
+    return "/".join(str(p) for p in path if p != "branch")
 
 
 def profile_admin(model: Transformer, *inputs, **masks) -> dict[str, list[dict[str, float]]]:
