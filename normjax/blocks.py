@@ -52,7 +52,7 @@ class Sublayer(nnx.Module):
             records[f"{self.name}.{role}"] = z
             return z
 
-        gate = shared_gate if self.gate is None else self.gate.value
+        gate = shared_gate if self.gate is None else self.gate[...]
         return self.wire(self, x, F, rec, None if gate is None else gate.astype(x.dtype))
 
 
@@ -105,7 +105,7 @@ class Block(nnx.Module):
 
     def apply_sublayer(self, sublayer: Sublayer, x, ctx: BlockContext, records, key=None):
         """x after one wired sublayer; fills `records` with its norm inputs and branch output."""
-        shared_gate = None if self.gate is None else self.gate.value
+        shared_gate = None if self.gate is None else self.gate[...]
         return sublayer(x, self.branch(sublayer, ctx, records, key), records, shared_gate)
 
     def __call__(self, x, ctx: BlockContext, key=None):

@@ -43,7 +43,7 @@ class Embedder(nnx.Module):
     def __call__(self, tokens_BT, key=None):
         T = tokens_BT.shape[1]
         x = self.table(tokens_BT) * self.scale
-        x = x + self.positions.value[:T].astype(x.dtype)
+        x = x + self.positions[:T].astype(x.dtype)
         return dropout(x, self.dropout_rate, key)
 
 
@@ -161,7 +161,7 @@ class Transformer(nnx.Module):
     def logits(self, x_BTD):
         if self.head is not None:
             return self.head(x_BTD)
-        table = self.embedders[self.cfg.stacks[-1]].table.embedding.value
+        table = self.embedders[self.cfg.stacks[-1]].table.embedding[...]
         return x_BTD @ table.T.astype(x_BTD.dtype)
 
     # -- forward ------------------------------------------------------------------------------------

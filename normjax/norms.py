@@ -17,7 +17,7 @@ class LayerNorm(nnx.Module):
     def __call__(self, z):
         centered = z - z.mean(-1, keepdims=True)
         sigma = jnp.sqrt((centered**2).mean(-1, keepdims=True) + self.eps)
-        return centered / sigma * self.scale.value.astype(z.dtype) + self.bias.value.astype(z.dtype)
+        return centered / sigma * self.scale[...].astype(z.dtype) + self.bias[...].astype(z.dtype)
 
 
 class RMSNorm(nnx.Module):
@@ -29,7 +29,7 @@ class RMSNorm(nnx.Module):
 
     def __call__(self, z):
         rms = jnp.sqrt((z**2).mean(-1, keepdims=True) + self.eps)
-        return z / rms * self.scale.value.astype(z.dtype)
+        return z / rms * self.scale[...].astype(z.dtype)
 
 
 class DyT(nnx.Module):
@@ -41,8 +41,8 @@ class DyT(nnx.Module):
         self.bias = nnx.Param(jnp.zeros((d,), param_dtype))
 
     def __call__(self, z):
-        alpha = self.alpha.value.astype(z.dtype)
-        return jnp.tanh(alpha * z) * self.scale.value.astype(z.dtype) + self.bias.value.astype(z.dtype)
+        alpha = self.alpha[...].astype(z.dtype)
+        return jnp.tanh(alpha * z) * self.scale[...].astype(z.dtype) + self.bias[...].astype(z.dtype)
 
 
 class Identity(nnx.Module):

@@ -32,7 +32,7 @@ def deepnorm(s, x, F, rec, gate):  # Wang 2022: x = N(alpha * x + F(x))
 
 
 def admin(s, x, F, rec, gate):  # Liu 2020: x = N(omega * x + F(x)), omega per channel
-    return s.norm(rec("post", s.omega.value.astype(x.dtype) * x + F(x)))
+    return s.norm(rec("post", s.omega[...].astype(x.dtype) * x + F(x)))
 
 
 def rezero(s, x, F, rec, gate):  # Bachlechner 2020 (and SkipInit, De & Smith 2020): x = x + alpha F(x)

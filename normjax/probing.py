@@ -140,7 +140,7 @@ def layer_params(tree: nnx.State, model: Transformer, stack: str | None = None) 
     depth = num_blocks(model, stack)
     out = [{} for _ in range(depth)]
     for path, leaf in nnx.to_flat_state(layers):
-        value = leaf.value if isinstance(leaf, nnx.Variable) else leaf
+        value = leaf.get_value() if isinstance(leaf, nnx.Variable) else leaf
         if model.cfg.scan_layers:
             for l in range(depth):
                 out[l][_param_name(path)] = value[l]
@@ -186,7 +186,7 @@ def profile_admin(model: Transformer, *inputs, **masks) -> dict[str, list[dict[s
             for sub in block.sublayers():
                 if sub.omega is not None:
                     omegas[sub.name] = acc**0.5
-                    sub.omega.value = jnp.full_like(sub.omega.value, acc**0.5)
+                    sub.omega.set_value(jnp.full_like(sub.omega[...], acc**0.5))
                 records = {}
                 x = block.apply_sublayer(sub, x, ctx, records)
                 acc += variance(records[f"{sub.name}.out"])
@@ -194,6 +194,6 @@ def profile_admin(model: Transformer, *inputs, **masks) -> dict[str, list[dict[s
             per_block.append(block)
         if st.scanned:
             for name in result[stack][0]:
-                stacked = jnp.stack([getattr(b, name).omega.value for b in per_block])
-                getattr(st.layers, name).omega.value = stacked
+                stacked = jnp.stack([getattr(b, name).omega[...] for b in per_block])
+                getattr(st.layers, name).omega.set_value(stacked)
     return result

@@ -1,0 +1,62 @@
+"""ModelConfig validation: every bad value names the field, the value and what is valid."""
+
+import pytest
+
+import normjax
+from normjax.config import PLACEMENTS
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        (dict(placement="postln"), ["placement", "'postln'", "'pre'", "'deepnorm'"]),
+        (dict(norm="batchnorm"), ["norm", "'batchnorm'", "'rmsnorm'"]),
+        (dict(arch="gpt"), ["arch", "'gpt'", "'encoder_decoder'"]),
+        (dict(d_model=30, num_heads=4), ["num_heads", "4", "d_model=30"]),
+        (dict(d_model=0), ["d_model", "0", "positive"]),
+        (dict(num_layers=-2), ["num_layers", "-2", "positive"]),
+        (dict(num_layers=3, placement=("pre", "post")), ["placement", "3 entries", "got 2"]),
+        (dict(num_layers=2, placement=("pre", "mixln")), ["placement", "'mixln'"]),
+        (dict(activation="swish"), ["activation", "'swish'", "'gelu'"]),
+        (dict(dropout=1.0), ["dropout", "[0, 1)"]),
+        (dict(theory=True, num_heads=4), ["num_heads", "theory", "single-head"]),
+        (dict(scan_layers=True, placement="mixln", num_layers=4), ["scan_layers", "one placement"]),
+        (dict(num_decoder_layers=3), ["num_decoder_layers", "encoder_decoder"]),
+        (dict(deepnorm_alpha=-1.0), ["deepnorm_alpha", "positive"]),
+        (dict(dtype="float8"), ["dtype", "'float8'", "'bfloat16'"]),
+    ],
+)
+def test_invalid_values_raise_naming_field_value_and_choices(fields, words):
+    with pytest.raises(ValueError) as err:
+        normjax.ModelConfig(**fields)
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+def test_mixln_resolves_post_then_pre():
+    cfg = normjax.ModelConfig(num_layers=8, placement="mixln")
+    assert cfg.layer_placements("decoder") == ("post",) * 2 + ("pre",) * 6
+    assert cfg.replace(mixln_fraction=0.5).layer_placements("decoder") == ("post",) * 4 + ("pre",) * 4
+
+
+def test_per_layer_tuple_splits_encoder_then_decoder():
+    placement = ("post", "pre", "rezero", "deepnorm", "admin")
+    cfg = normjax.ModelConfig(arch="encoder_decoder", num_layers=2, num_decoder_layers=3,
+                              placement=placement)
+    assert cfg.layer_placements("encoder") == ("post", "pre")
+    assert cfg.layer_placements("decoder") == ("rezero", "deepnorm", "admin")
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_final_norm_is_automatic_by_placement(placement):
+    cfg = normjax.ModelConfig(num_layers=4, placement=placement)
+    expected = placement in ("pre", "sandwich", "branch_post", "layerscale", "mixln")
+    assert cfg.has_final_norm("decoder") is expected
+    assert cfg.replace(final_norm=not expected).has_final_norm("decoder") is (not expected)
+    assert cfg.replace(norm="none").has_final_norm("decoder") is False
+
+
+def test_config_is_frozen():
+    cfg = normjax.ModelConfig()
+    with pytest.raises(AttributeError):
+        cfg.d_model = 8
