@@ -1,0 +1,1 @@
+"""Experiments: thin absl mains, one per figure or claim; presets in configs/."""

@@ -1,0 +1,285 @@
+"""Experiment configs: defaults, validation into typed dataclasses, errors before any compute."""
+
+import dataclasses
+import math
+import os
+import types
+import typing
+from typing import Any
+
+import ml_collections
+from ml_collections import config_dict
+
+import normjax
+from normjax.train.data_text import IWSLT_FILES
+from normjax.train.optimizers import OPTIMIZERS
+from normjax.train.schedules import SCHEDULES
+
+TASKS = ("synthetic", "bytes_lm", "iwslt14")
+SECTIONS = ("model", "data", "train", "sweep")
+_TASK_ARCH = {"synthetic": "encoder_decoder", "iwslt14": "encoder_decoder", "bytes_lm": "decoder"}
+
+
+class ConfigError(ValueError):
+    """An invalid config; the message names the key and, where there are any, the valid choices."""
+
+
+def _f(default, lo=None, hi=None, choices=None, lo_open=False):
+    """A dataclass field with its valid range / choices (checked by `_build`)."""
+    return dataclasses.field(
+        default=default, metadata=dict(lo=lo, hi=hi, choices=choices, lo_open=lo_open)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    task: str = _f("synthetic", choices=TASKS)
+    path: str = (
+        ""  # iwslt14: folder of {train,valid,test}.{de,en}; bytes_lm: text folder ("" = stdlib)
+    )
+    max_len: int = _f(32, lo=2)  # longest sequence kept (eos included); the largest bucket
+    buckets: tuple = ()  # extra, smaller padded lengths (each its own compiled shape)
+    seq_len: int = _f(128, lo=2)  # bytes_lm chunk length
+    max_bytes: int = _f(4_000_000, lo=1)
+    suffix: str = ".py"
+    min_count: int = _f(1, lo=1)  # iwslt14 vocabulary
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    num_train: int = _f(50_000, lo=1)  # synthetic
+    num_valid: int = _f(500, lo=1)
+    num_test: int = _f(500, lo=1)
+    synthetic_seed: int = _f(0, lo=0)
+    valid_batches: int = _f(0, lo=0)  # 0 = the whole validation split
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    optimizer: str = _f("adam", choices=OPTIMIZERS)
+    b1: float = _f(0.9, lo=0.0, hi=1.0)
+    b2: float = _f(0.98, lo=0.0, hi=1.0)
+    eps: float = _f(1e-9, lo=0.0, lo_open=True)
+    momentum: float = _f(0.9, lo=0.0, hi=1.0)
+    nesterov: bool = False
+    weight_decay: float = _f(0.0, lo=0.0)
+    lr: float = _f(5e-4, lo=0.0, lo_open=True)
+    schedule: str = _f("inverse_sqrt", choices=SCHEDULES)
+    warmup_steps: int = _f(4000, lo=0)
+    warmup_init_lr: float = _f(0.0, lo=0.0)
+    end_lr: float = _f(0.0, lo=0.0)
+    noam_d_model: int = _f(0, lo=0)  # 0 = model.d_model
+    num_steps: int = _f(1000, lo=1)
+    batch_size: int = _f(32, lo=1)
+    max_tokens: int = _f(0, lo=0)  # > 0: token budget per batch instead of batch_size sequences
+    seed: int = _f(0, lo=0)
+    clip_norm: float = _f(0.0, lo=0.0)  # 0 = no clipping
+    label_smoothing: float = _f(0.1, lo=0.0, hi=1.0)
+    log_every: int = _f(10, lo=1)
+    eval_every: int = _f(500, lo=1)
+    bleu_examples: int = _f(
+        200, lo=0
+    )  # greedy-decoded valid sentences for the final BLEU (seq2seq)
+    checkpoint_every: int = _f(500, lo=1)
+    keep_checkpoints: int = _f(2, lo=1)
+    divergence_loss: float = _f(0.0, lo=0.0)  # 0 = 1.5 ln(vocab size)
+    divergence_patience: int = _f(20, lo=1)
+    divergence_check_every: int = _f(10, lo=1)
+    diag_every: int = _f(0, lo=0)  # 0 = no per-layer diagnostics
+    tensorboard: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One validated job; `model` holds ModelConfig fields (vocab_size, max_len 0: from data)."""
+
+    model: dict
+    data: DataConfig
+    train: TrainConfig
+
+    def to_dict(self) -> dict:
+        return {
+            "model": dict(self.model),
+            "data": dataclasses.asdict(self.data),
+            "train": dataclasses.asdict(self.train),
+        }
+
+
+def _model_defaults() -> dict:
+    fields = {f.name: f.default for f in dataclasses.fields(normjax.ModelConfig)}
+    return fields | {"arch": "encoder_decoder", "vocab_size": 0, "max_len": 0}
+
+
+def _section(defaults: dict, optional_types: dict) -> ml_collections.ConfigDict:
+    values = {
+        k: config_dict.placeholder(optional_types[k]) if v is None else v
+        for k, v in defaults.items()
+    }
+    return ml_collections.ConfigDict(values, type_safe=False)
+
+
+def _optional_types(cls) -> dict:
+    """field -> its non-None type, for fields declared like `int | None`."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for name, hint in hints.items():
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        out[name] = args[0] if args and isinstance(args[0], type) else object
+    return out
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key an experiment config may set, with its default; presets override some of them."""
+    config = ml_collections.ConfigDict()
+    config.model = _section(_model_defaults(), _optional_types(normjax.ModelConfig))
+    config.data = ml_collections.ConfigDict(dataclasses.asdict(DataConfig()))
+    config.train = ml_collections.ConfigDict(dataclasses.asdict(TrainConfig()))
+    config.sweep = ml_collections.ConfigDict()
+    config.sweep.axes = ml_collections.ConfigDict({}, allow_dotted_keys=True)
+    config.sweep.vmap = False
+    return config
+
+
+def _as_dict(config) -> dict:
+    if isinstance(config, ml_collections.ConfigDict):
+        return config.to_dict()
+    return {
+        k: dict(v) if isinstance(v, dict | types.MappingProxyType) else v for k, v in config.items()
+    }
+
+
+def _check_keys(section: str, values: dict, valid) -> None:
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        raise ConfigError(
+            f"unknown key config.{section}.{unknown[0]}; valid keys: {', '.join(valid)}"
+        )
+
+
+def _build(cls, section: str, values: dict):
+    """cls(**values) after type coercion and the range / choice checks in the fields' metadata."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    _check_keys(section, values, names)
+    out = {}
+    for field in dataclasses.fields(cls):
+        key, value, meta = (
+            f"config.{section}.{field.name}",
+            values.get(field.name, field.default),
+            field.metadata,
+        )
+        if field.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if field.type is tuple and isinstance(value, list):
+            value = tuple(value)
+        if not isinstance(value, field.type) or (field.type is int and isinstance(value, bool)):
+            raise ConfigError(f"{key}={value!r} must be of type {field.type.__name__}")
+        if meta.get("choices") and value not in meta["choices"]:
+            raise ConfigError(
+                f"{key}={value!r} is invalid; valid choices: {', '.join(meta['choices'])}"
+            )
+        lo, hi = meta.get("lo"), meta.get("hi")
+        if lo is not None and (value < lo or (meta["lo_open"] and value == lo)):
+            raise ConfigError(
+                f"{key}={value!r} is invalid: must be {'>' if meta['lo_open'] else '>='} {lo}"
+            )
+        if hi is not None and value >= hi:
+            raise ConfigError(f"{key}={value!r} is invalid: must be < {hi}")
+        out[field.name] = value
+    return cls(**out)
+
+
+def parse(config, num_devices: int = 1) -> RunConfig:
+    """Validates a config (ConfigDict or nested dict) into a RunConfig; writes nothing.
+
+    Raises:
+      ConfigError: naming the offending key (and the valid choices or keys).
+    """
+    values = _as_dict(config)
+    _check_keys("<top>", values, SECTIONS)
+    data = _build(DataConfig, "data", values.get("data", {}))
+    train = _build(TrainConfig, "train", values.get("train", {}))
+    model = _model_defaults() | dict(values.get("model", {}))
+    _check_keys("model", model, list(_model_defaults()))
+    try:
+        normjax.ModelConfig(
+            **(model | {"vocab_size": model["vocab_size"] or 8, "max_len": model["max_len"] or 8})
+        )
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"config.model: {e}") from None
+    if model["arch"] != _TASK_ARCH[data.task]:
+        raise ConfigError(
+            f"config.model.arch={model['arch']!r} cannot train config.data.task="
+            f"{data.task!r}; valid: {_TASK_ARCH[data.task]!r} (an encoder-only model "
+            "is not trainable here)"
+        )
+    _check_data(data)
+    if train.checkpoint_every % train.log_every:
+        raise ConfigError(
+            f"config.train.checkpoint_every={train.checkpoint_every} must be a multiple of "
+            f"config.train.log_every={train.log_every} (so resumed logs match)"
+        )
+    if train.max_tokens == 0 and train.batch_size % num_devices:
+        raise ConfigError(
+            f"config.train.batch_size={train.batch_size} is not divisible by the "
+            f"{num_devices} devices"
+        )
+    if train.weight_decay > 0 and train.optimizer not in ("adamw", "sgd"):
+        raise ConfigError(
+            f"config.train.weight_decay={train.weight_decay} needs config.train.optimizer "
+            f"'adamw' or 'sgd', not {train.optimizer!r}"
+        )
+    return RunConfig(model=model, data=data, train=train)
+
+
+def _check_data(data: DataConfig) -> None:
+    if any(not isinstance(b, int) or not 2 <= b <= data.max_len for b in data.buckets):
+        raise ConfigError(
+            f"config.data.buckets={data.buckets!r}: each must be an int in "
+            f"[2, config.data.max_len={data.max_len}]"
+        )
+    if data.task == "iwslt14":
+        missing = [f for f in IWSLT_FILES if not os.path.isfile(os.path.join(data.path, f))]
+        missing = [f.replace("de", data.src_lang).replace("en", data.tgt_lang) for f in missing]
+        if not data.path or missing:
+            raise ConfigError(
+                f"config.data.path={data.path!r} must be a folder with {', '.join(IWSLT_FILES)}"
+                " (see scripts/prepare_iwslt14.sh)"
+            )
+    if data.task == "bytes_lm" and data.path and not os.path.isdir(data.path):
+        raise ConfigError(f"config.data.path={data.path!r} is not a folder")
+
+
+def sequence_length(data: DataConfig) -> int:
+    """The longest padded sequence the model sees (sets model.max_len when it is 0)."""
+    return data.seq_len if data.task == "bytes_lm" else data.max_len
+
+
+def model_config(run: RunConfig, vocab_size: int) -> normjax.ModelConfig:
+    """The ModelConfig of a run, with vocab_size / max_len filled from the data when 0."""
+    fields = dict(run.model)
+    if fields["vocab_size"] and fields["vocab_size"] < vocab_size:
+        raise ConfigError(
+            f"config.model.vocab_size={fields['vocab_size']} < the data's {vocab_size} tokens"
+        )
+    if fields["max_len"] and fields["max_len"] < sequence_length(run.data):
+        raise ConfigError(
+            f"config.model.max_len={fields['max_len']} < config.data's sequence length "
+            f"{sequence_length(run.data)}"
+        )
+    fields["vocab_size"] = fields["vocab_size"] or vocab_size
+    fields["max_len"] = fields["max_len"] or sequence_length(run.data)
+    return normjax.ModelConfig(**fields)
+
+
+def divergence_loss(train: TrainConfig, vocab_size: int) -> float:
+    return train.divergence_loss or 1.5 * math.log(vocab_size)
+
+
+def set_path(values: dict, dotted: str, value: Any) -> dict:
+    """A copy of a nested config dict with `section.key` set; the key must exist."""
+    section, _, key = dotted.partition(".")
+    defaults = _as_dict(default_config())
+    if section not in SECTIONS[:3] or key not in defaults[section]:
+        valid = [f"{s}.{k}" for s in SECTIONS[:3] for k in defaults[s]]
+        raise ConfigError(f"unknown key config.{dotted}; valid keys: {', '.join(valid)}")
+    out = {s: dict(v) for s, v in values.items()}
+    out.setdefault(section, {})[key] = value
+    return out

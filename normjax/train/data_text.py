@@ -1,0 +1,98 @@
+"""Local text corpora: a byte-level LM corpus from a directory and IWSLT14-style parallel files."""
+
+import os
+import pathlib
+import sysconfig
+
+import numpy as np
+
+from normjax.train.vocab import SPECIALS, Vocab
+
+BYTE_OFFSET = len(SPECIALS)  # byte b has id b + BYTE_OFFSET
+IWSLT_FILES = tuple(
+    f"{split}.{lang}" for split in ("train", "valid", "test") for lang in ("de", "en")
+)
+
+
+def stdlib_dir() -> str:
+    """The Python standard library's source directory (the default byte-LM corpus)."""
+    return sysconfig.get_paths().get("stdlib") or os.path.dirname(os.__file__)
+
+
+def byte_vocab() -> Vocab:
+    return Vocab.from_words(f"<0x{b:02x}>" for b in range(256))
+
+
+def _corpus_files(directory: str, suffix: str) -> list[pathlib.Path]:
+    root = pathlib.Path(directory)
+    skip = ("site-packages", "test", "tests", "idlelib", "__pycache__")
+    return sorted(
+        p
+        for p in root.rglob(f"*{suffix}")
+        if p.is_file() and not set(p.relative_to(root).parts) & set(skip)
+    )
+
+
+def load_byte_corpus(
+    directory: str = "", suffix: str = ".py", max_bytes: int = 4_000_000, valid_every: int = 20
+) -> dict[str, np.ndarray]:
+    """Byte ids of the text files under `directory` (default: the stdlib), split by file.
+
+    Files are read in sorted path order until `max_bytes`; every `valid_every`-th file goes to
+    "valid", the rest to "train". Each file ends with eos.
+
+    Returns:
+      {"train": int32 ids, "valid": int32 ids}.
+    """
+    files = _corpus_files(directory or stdlib_dir(), suffix)
+    if not files:
+        raise ValueError(f"data.path: no *{suffix} files under {directory or stdlib_dir()!r}")
+    parts: dict[str, list[np.ndarray]] = {"train": [], "valid": []}
+    total = 0
+    for i, path in enumerate(files):
+        data = np.frombuffer(path.read_bytes(), np.uint8).astype(np.int32) + BYTE_OFFSET
+        parts["valid" if i % valid_every == valid_every - 1 else "train"].append(
+            np.append(data, SPECIALS.index("</s>")).astype(np.int32)
+        )
+        total += data.size
+        if total >= max_bytes:
+            break
+    if not parts["valid"]:
+        parts["valid"].append(parts["train"].pop())
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def read_lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in f]
+
+
+def load_parallel(directory: str, src_lang: str = "de", tgt_lang: str = "en", min_count: int = 1):
+    """IWSLT14 as fairseq's prepare-iwslt14.sh leaves it: {train,valid,test}.{de,en}, BPE text.
+
+    The joint vocabulary (both languages, one embedding table) is built from the training split;
+    words seen fewer than `min_count` times map to unk.
+
+    Returns:
+      (vocab, splits, references): splits as {"train"|"valid"|"test": list of (src_ids, tgt_ids)}
+      without bos/eos; references {"valid"|"test": list of target lines with BPE removed} for BLEU.
+    """
+    lines = {}
+    for split in ("train", "valid", "test"):
+        src = read_lines(os.path.join(directory, f"{split}.{src_lang}"))
+        tgt = read_lines(os.path.join(directory, f"{split}.{tgt_lang}"))
+        if len(src) != len(tgt):
+            raise ValueError(
+                f"{split}.{src_lang} has {len(src)} lines but {split}.{tgt_lang} {len(tgt)}"
+            )
+        lines[split] = (src, tgt)
+    vocab = Vocab.from_corpus(lines["train"][0] + lines["train"][1], min_count=min_count)
+    splits = {
+        split: [(vocab.encode(s), vocab.encode(t)) for s, t in zip(src, tgt, strict=True)]
+        for split, (src, tgt) in lines.items()
+    }
+    refs = {
+        split: [t.replace("@@ ", "").removesuffix("@@") for t in lines[split][1]]
+        for split in ("valid", "test")
+    }
+    return vocab, splits, refs

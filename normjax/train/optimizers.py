@@ -1,0 +1,70 @@
+"""Optimizers whose learning rate, clipping and weight decay are traced inputs."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+OPTIMIZERS = ("adam", "adamw", "sgd", "radam")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+    """The static part of an optimizer (it selects the update rule); hashable, a jit static."""
+
+    name: str = "adam"
+    b1: float = 0.9
+    b2: float = 0.98
+    eps: float = 1e-9
+    momentum: float = 0.9
+    nesterov: bool = False
+
+    def __post_init__(self):
+        if self.name not in OPTIMIZERS:
+            raise ValueError(
+                f"unknown optimizer {self.name!r}; valid choices: {', '.join(OPTIMIZERS)}"
+            )
+
+
+def direction(spec: OptimizerSpec) -> optax.GradientTransformation:
+    """The update direction before the (traced) lr: Adam/RAdam moments or SGD momentum."""
+    if spec.name in ("adam", "adamw"):
+        return optax.scale_by_adam(b1=spec.b1, b2=spec.b2, eps=spec.eps)
+    if spec.name == "radam":
+        return optax.scale_by_radam(b1=spec.b1, b2=spec.b2, eps=spec.eps)
+    return optax.trace(decay=spec.momentum, nesterov=spec.nesterov)
+
+
+def global_norm(tree) -> jnp.ndarray:
+    """sqrt of the sum of squares of every leaf, in float32."""
+    leaves = jax.tree.leaves(tree)
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
+
+
+def clip_by_global_norm(grads, max_norm):
+    """Rescale grads to global norm <= max_norm; max_norm <= 0 (traced) means no clipping."""
+    norm = global_norm(grads)
+    scale = jnp.where((max_norm > 0) & (norm > max_norm), max_norm / jnp.maximum(norm, 1e-30), 1.0)
+    return jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads), norm
+
+
+def updates(spec: OptimizerSpec, grads, opt_state, params, lr, weight_decay):
+    """One update: -lr * (direction + weight_decay * param), decay on matrices only (AdamW style).
+
+    Args:
+      spec: static optimizer choice.
+      grads, params: pytrees of the same structure.
+      opt_state: from `direction(spec).init(params)`.
+      lr, weight_decay: traced scalars; weight decay is decoupled (on the update, not the gradient).
+
+    Returns:
+      (updates, new_opt_state); apply with `optax.apply_updates(params, updates)`.
+    """
+    step_dir, opt_state = direction(spec).update(grads, opt_state, params)
+
+    def one(u, p):
+        decay = weight_decay * p if p.ndim >= 2 else jnp.zeros_like(p)
+        return (-lr * (u + decay)).astype(p.dtype)
+
+    return jax.tree.map(one, step_dir, params), opt_state

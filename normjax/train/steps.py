@@ -1,0 +1,218 @@
+"""Pure train/eval/diagnostic steps on split NNX params; jit them at the call site."""
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx, struct
+
+import normjax
+from normjax.train import optimizers
+from normjax.train.schedules import learning_rate
+
+# Traced hyperparameters: changing them never recompiles a step.
+HPARAMS = (
+    "lr",
+    "warmup_steps",
+    "warmup_init_lr",
+    "total_steps",
+    "end_lr",
+    "d_model",
+    "weight_decay",
+    "clip_norm",
+    "label_smoothing",
+    "divergence_loss",
+    "divergence_patience",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """Everything static about a train step (hashable: one compile per spec and batch shape)."""
+
+    graphdef: Any  # nnx.GraphDef of the model
+    task: str  # "seq2seq" (batches src/tgt_in/tgt_out) or "lm" (tokens/targets)
+    schedule: str = "inverse_sqrt"
+    optimizer: optimizers.OptimizerSpec = optimizers.OptimizerSpec()
+
+
+@struct.dataclass
+class TrainState:
+    """All that changes during training (a pytree; checkpointed as a whole)."""
+
+    params: Any  # nnx.State of nnx.Param
+    consts: Any  # the model's other variables (fixed tables), never trained
+    opt_state: Any
+    step: jax.Array  # updates done (int32)
+    rng: jax.Array  # base key; update t uses fold_in(rng, t)
+    bad_steps: jax.Array  # consecutive updates with loss above divergence_loss
+    diverged_at: jax.Array  # step number of the diverging update, -1 while healthy
+    hparams: dict  # name -> float32 scalar (HPARAMS)
+
+
+def init_state(spec: StepSpec, model: nnx.Module, seed: int, hparams: dict) -> TrainState:
+    """Splits `model` and builds the initial state; `hparams` must name every entry of HPARAMS."""
+    missing = set(HPARAMS) - set(hparams)
+    if missing:
+        raise ValueError(f"missing hyperparameters: {sorted(missing)}")
+    _, params, consts = nnx.split(model, nnx.Param, ...)
+    return TrainState(
+        params=params,
+        consts=consts,
+        opt_state=optimizers.direction(spec.optimizer).init(params),
+        step=jnp.zeros((), jnp.int32),
+        rng=jax.random.key_data(jax.random.key(seed)),
+        bad_steps=jnp.zeros((), jnp.int32),
+        diverged_at=jnp.full((), -1, jnp.int32),
+        hparams={k: jnp.asarray(hparams[k], jnp.float32) for k in HPARAMS},
+    )
+
+
+def forward(model, task: str, batch: dict, dropout_rng=None):
+    """(logits_BTV, targets_BT, mask_BT) of one batch."""
+    if task == "seq2seq":
+        logits_BTV = model(
+            batch["src"],
+            batch["tgt_in"],
+            src_mask=batch["src_mask"],
+            tgt_mask=batch["tgt_mask"],
+            dropout_rng=dropout_rng,
+        )
+        return logits_BTV, batch["tgt_out"], batch["tgt_mask"]
+    logits_BTV = model(batch["tokens"], padding_mask=batch["mask"], dropout_rng=dropout_rng)
+    return logits_BTV, batch["targets"], batch["mask"]
+
+
+def token_losses(logits_BTV, targets_BT, mask_BT, label_smoothing):
+    """Masked sums: smoothed cross entropy, nll, correct predictions, token count.
+
+    Label smoothing mixes the one-hot target with the uniform one: q = (1 - eps) onehot + eps / V.
+    """
+    logp_BTV = jax.nn.log_softmax(logits_BTV.astype(jnp.float32))
+    nll_BT = -jnp.take_along_axis(logp_BTV, targets_BT[..., None], axis=-1)[..., 0]
+    smooth_BT = (1.0 - label_smoothing) * nll_BT - label_smoothing * logp_BTV.mean(-1)
+    w_BT = mask_BT.astype(jnp.float32)
+    correct_BT = (jnp.argmax(logp_BTV, -1) == targets_BT).astype(jnp.float32)
+    return {
+        "loss": (smooth_BT * w_BT).sum(),
+        "nll": (nll_BT * w_BT).sum(),
+        "correct": (correct_BT * w_BT).sum(),
+        "tokens": w_BT.sum(),
+    }
+
+
+def _tree_where(cond, new, old):
+    return jax.tree.map(lambda a, b: jnp.where(cond, a, b), new, old)
+
+
+def train_step(spec: StepSpec, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+    """One update. A non-finite loss, or a loss above divergence_loss for divergence_patience
+    updates in a row, sets `diverged_at`; then the parameters stay frozen (the caller stops).
+
+    Returns:
+      (new state, metrics): loss and nll (per token), lr, grad_norm (before clipping), update_norm,
+      param_norm, tokens.
+    """
+    hp = state.hparams
+    rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+
+    def loss_fn(params):
+        model = nnx.merge(spec.graphdef, params, state.consts)
+        sums = token_losses(*forward(model, spec.task, batch, rng), hp["label_smoothing"])
+        return sums["loss"] / jnp.maximum(sums["tokens"], 1.0), sums
+
+    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    grads, grad_norm = optimizers.clip_by_global_norm(grads, hp["clip_norm"])
+    lr = learning_rate(spec.schedule, state.step, hp)
+    updates, opt_state = optimizers.updates(
+        spec.optimizer, grads, state.opt_state, state.params, lr, hp["weight_decay"]
+    )
+    params = optax.apply_updates(state.params, updates)
+
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    bad_steps = jnp.where(finite & (loss <= hp["divergence_loss"]), 0, state.bad_steps + 1)
+    newly = (state.diverged_at < 0) & (~finite | (bad_steps >= hp["divergence_patience"]))
+    diverged_at = jnp.where(newly, state.step + 1, state.diverged_at)
+    healthy = diverged_at < 0
+    new_state = state.replace(
+        params=_tree_where(healthy, params, state.params),
+        opt_state=_tree_where(healthy, opt_state, state.opt_state),
+        step=state.step + 1,
+        bad_steps=bad_steps,
+        diverged_at=diverged_at,
+    )
+    metrics = {
+        "loss": loss,
+        "nll": sums["nll"] / jnp.maximum(sums["tokens"], 1.0),
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "update_norm": optimizers.global_norm(updates),
+        "param_norm": optimizers.global_norm(params),
+        "tokens": sums["tokens"],
+    }
+    return new_state, metrics
+
+
+def eval_step(graphdef, task: str, params, consts, batch: dict) -> dict:
+    """Deterministic masked sums (nll, correct, tokens) over one batch; add them up over batches."""
+    model = nnx.merge(graphdef, params, consts)
+    sums = token_losses(*forward(model, task, batch), 0.0)
+    return {k: sums[k] for k in ("nll", "correct", "tokens")}
+
+
+def _model_inputs(task: str, batch: dict):
+    """(args, masks, {stack: mask_BT}) for normjax.probe."""
+    if task == "seq2seq":
+        masks = {"src_mask": batch["src_mask"], "tgt_mask": batch["tgt_mask"]}
+        return (
+            (batch["src"], batch["tgt_in"]),
+            masks,
+            {"encoder": batch["src_mask"], "decoder": batch["tgt_mask"]},
+        )
+    return (batch["tokens"],), {"padding_mask": batch["mask"]}, {"decoder": batch["mask"]}
+
+
+def diagnostics(graphdef, task: str, params, consts, batch: dict) -> dict:
+    """Gradient norm per layer (all params and FFN weights) and the DeepNet LN-input diagnostic.
+
+    Gradients are of the unsmoothed nll without dropout. `norm_input_rms` is, per stack, the largest
+    over layers and norm sites of the mean over real tokens of ||x|| / sqrt(d) at the norm's input
+    (about 1 at a healthy init; >> 1 when Post-LN's LN inputs blow up). Stacks without norm sites
+    report 0.
+
+    Returns:
+      {"grad_norm/<stack>": (L,), "ffn_grad_norm/<stack>": (L,), "norm_input_rms/<stack>": scalar}.
+    """
+
+    def nll(p):
+        sums = token_losses(*forward(nnx.merge(graphdef, p, consts), task, batch), 0.0)
+        return sums["nll"] / jnp.maximum(sums["tokens"], 1.0)
+
+    grads = jax.grad(nll)(params)
+    model = nnx.merge(graphdef, params, consts)
+    args, masks, stack_masks = _model_inputs(task, batch)
+    _, probes = normjax.probe(model, *args, **masks)
+    out = {}
+    for stack in normjax.stack_names(model):
+        layers = normjax.layer_params(grads, model, stack)
+        out[f"grad_norm/{stack}"] = jnp.stack([optimizers.global_norm(g) for g in layers])
+        out[f"ffn_grad_norm/{stack}"] = jnp.stack(
+            [
+                optimizers.global_norm({k: v for k, v in g.items() if k.startswith("ffn/")})
+                for g in layers
+            ]
+        )
+        sites = [(name, x) for block in probes[stack].norm_inputs for name, x in block.items()]
+        if probes[stack].final_norm_input is not None:
+            sites.append(("final", probes[stack].final_norm_input))
+        rms = [jnp.zeros(())]
+        for name, x_BTD in sites:
+            # cross-attention keys/values are encoder positions: weight them by the source mask
+            w_BT = stack_masks["encoder" if name in ("cross.k", "cross.v") else stack]
+            w_BT = w_BT.astype(jnp.float32)
+            r_BT = jnp.linalg.norm(x_BTD.astype(jnp.float32), axis=-1) / jnp.sqrt(x_BTD.shape[-1])
+            rms.append((r_BT * w_BT).sum() / jnp.maximum(w_BT.sum(), 1.0))
+        out[f"norm_input_rms/{stack}"] = jnp.max(jnp.stack(rms))
+    return out

@@ -1,0 +1,137 @@
+"""Sweeps: expand a grid of config overrides, run (a shard of) it, summarize every run's outcome."""
+
+import dataclasses
+import itertools
+import os
+
+from tqdm.auto import tqdm
+
+from normjax.train import records
+from normjax.train.config_io import ConfigError, RunConfig, _as_dict, parse, set_path
+from normjax.train.loop import run_job
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepRun:
+    name: str  # also the run's subfolder
+    overrides: dict
+    run: RunConfig
+
+
+def _fmt(value) -> str:
+    return "-".join(map(str, value)) if isinstance(value, tuple | list) else str(value)
+
+
+def expand(config, num_devices: int = 1) -> list[SweepRun]:
+    """Every combination of `config.sweep.axes` (dotted key -> list of values), each run validated.
+
+    Raises:
+      ConfigError: for an unknown axis key, an empty axis, or any invalid run (before any compute).
+    """
+    values = _as_dict(config)
+    axes = dict(values.get("sweep", {}).get("axes", {}))
+    base = {k: v for k, v in values.items() if k != "sweep"}
+    for key, options in axes.items():
+        if not isinstance(options, list | tuple) or not options:
+            raise ConfigError(f"config.sweep.axes[{key!r}]={options!r} must be a non-empty list")
+        set_path(base, key, options[0])  # raises for an unknown key
+    out = []
+    for combo in itertools.product(*axes.values()):
+        overrides = dict(zip(axes, combo, strict=True))
+        merged = base
+        for key, value in overrides.items():
+            merged = set_path(merged, key, value)
+        name = ",".join(f"{k.split('.')[-1]}={_fmt(v)}" for k, v in overrides.items()) or "run"
+        out.append(SweepRun(name, overrides, parse(merged, num_devices)))
+    return out
+
+
+def parse_shard(shard: str) -> tuple[int, int]:
+    """ "i/n" -> (i, n) with 0 <= i < n."""
+    try:
+        i, n = (int(x) for x in shard.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard={shard!r} must look like i/n, e.g. 0/2") from None
+    if not 0 <= i < n:
+        raise ConfigError(f"--shard={shard!r} needs 0 <= i < n")
+    return i, n
+
+
+def summarize(runs: list[SweepRun], workdir: str) -> dict:
+    """sweep.json's content: every run's overrides and summary (status "pending" until done)."""
+    out = []
+    for r in runs:
+        path = os.path.join(workdir, r.name, "summary.json")
+        summary = records.read_json(path) if os.path.exists(path) else None
+        out.append(
+            {
+                "name": r.name,
+                "overrides": r.overrides,
+                "status": "done" if summary else "pending",
+                "summary": summary,
+            }
+        )
+    return {"runs": out}
+
+
+def run_sweep(
+    runs: list[SweepRun],
+    workdir: str,
+    shard: tuple[int, int] = (0, 1),
+    *,
+    progress: bool = True,
+    mesh=None,
+) -> dict:
+    """Runs runs[i::n] one after another (finished runs are skipped, unfinished ones resume),
+    keeping DIR/sweep.json up to date. Runs that share shapes share one compiled step (see
+    loop.compiled).
+
+    Returns:
+      The final sweep.json content (all runs of the grid, including other shards' finished ones).
+    """
+    i, n = shard
+    mine = runs[i::n]
+    os.makedirs(workdir, exist_ok=True)
+    bar = tqdm(mine, desc=f"sweep {i}/{n}", position=0, disable=not progress, dynamic_ncols=True)
+    for r in bar:
+        bar.set_postfix_str(r.name)
+        run_job(
+            r.run,
+            os.path.join(workdir, r.name),
+            mesh=mesh,
+            progress=progress,
+            desc=r.name,
+            position=1,
+        )
+        records.write_json(os.path.join(workdir, "sweep.json"), summarize(runs, workdir))
+    result = summarize(runs, workdir)
+    records.write_json(os.path.join(workdir, "sweep.json"), result)
+    return result
+
+
+def format_table(result: dict) -> str:
+    """A text table: axis values, outcome, diverged step, final valid nll / accuracy / BLEU."""
+    rows = result["runs"]
+    keys = list(rows[0]["overrides"]) if rows else []
+    header = [k.split(".")[-1] for k in keys] + [
+        "outcome",
+        "step",
+        "valid_nll",
+        "valid_acc",
+        "bleu",
+    ]
+    table = [header]
+    for r in rows:
+        s = r["summary"] or {}
+        final = s.get("final", {})
+        cells = [_fmt(r["overrides"][k]) for k in keys]
+        cells.append(s.get("outcome", r["status"]))
+        cells.append(str(s.get("diverged_step") or s.get("steps", "")))
+        for k in ("valid/nll", "valid/accuracy", "valid/bleu"):
+            v = final.get(k)
+            cells.append("-" if v is None else f"{v:.3f}" if k != "valid/bleu" else f"{v:.1f}")
+        table.append(cells)
+    widths = [max(len(row[c]) for row in table) for c in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in table
+    )

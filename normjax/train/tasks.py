@@ -1,0 +1,73 @@
+"""Builds a run's data (train batches, validation batches, BLEU set) from its DataConfig."""
+
+import dataclasses
+import functools
+
+from normjax.train import data_text
+from normjax.train.batching import BatchSpec, LMBatches, Seq2SeqBatches
+from normjax.train.config_io import DataConfig
+from normjax.train.data_synthetic import SyntheticSpec, make_synthetic
+from normjax.train.vocab import Vocab
+
+
+@dataclasses.dataclass
+class Task:
+    """kind "seq2seq" or "lm"; `train.batch(pos)` is batch number pos; `valid` is unshuffled."""
+
+    kind: str
+    vocab: Vocab
+    train: Seq2SeqBatches | LMBatches
+    valid: Seq2SeqBatches | LMBatches
+    bleu: Seq2SeqBatches | None = None  # the first valid pairs, for greedy decoding
+    references: list[str] | None = None  # raw reference lines by valid index (None: decode tgt ids)
+    strip_bpe: bool = False
+    max_len: int = 0  # longest padded target (the decoding length)
+
+
+@functools.lru_cache(maxsize=2)
+def _parallel(data: DataConfig):
+    if data.task == "synthetic":
+        spec = SyntheticSpec(
+            seed=data.synthetic_seed,
+            num_train=data.num_train,
+            num_valid=data.num_valid,
+            num_test=data.num_test,
+            max_len=data.max_len,
+        )
+        vocab, splits = make_synthetic(spec)
+        return vocab, splits, None
+    return data_text.load_parallel(data.path, data.src_lang, data.tgt_lang, data.min_count)
+
+
+@functools.lru_cache(maxsize=2)
+def _bytes(data: DataConfig):
+    return data_text.load_byte_corpus(data.path, data.suffix, data.max_bytes)
+
+
+def load_task(data: DataConfig, batch: BatchSpec, seed: int, bleu_examples: int = 0) -> Task:
+    """The task's batches; `seed` orders the training batches. Corpora are cached per DataConfig."""
+    if data.task == "bytes_lm":
+        stream = _bytes(data)
+        return Task(
+            "lm",
+            data_text.byte_vocab(),
+            LMBatches(stream["train"], data.seq_len, batch, seed),
+            LMBatches(stream["valid"], data.seq_len, batch, shuffle=False),
+            max_len=data.seq_len,
+        )
+    vocab, splits, refs = _parallel(data)
+    batch = dataclasses.replace(batch, buckets=tuple(sorted(set(data.buckets) | {data.max_len})))
+    valid = Seq2SeqBatches(splits["valid"], batch, shuffle=False)
+    bleu = None
+    if bleu_examples:
+        bleu = Seq2SeqBatches(splits["valid"][:bleu_examples], batch, shuffle=False)
+    return Task(
+        kind="seq2seq",
+        vocab=vocab,
+        train=Seq2SeqBatches(splits["train"], batch, seed),
+        valid=valid,
+        bleu=bleu,
+        references=None if refs is None else refs["valid"],
+        strip_bpe=data.task == "iwslt14",
+        max_len=data.max_len,
+    )
