@@ -69,7 +69,8 @@ class Attention(nnx.Module):
         logits = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK) / jnp.sqrt(D // H).astype(q.dtype)
         if bias_B1TS is not None:
             logits = logits + bias_B1TS
-        probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(q.dtype)
+        softmax_dtype = jnp.promote_types(q.dtype, jnp.float32)  # never softmax in 16 bits
+        probs = jax.nn.softmax(logits.astype(softmax_dtype), axis=-1).astype(q.dtype)
         probs = dropout(probs, dropout_rate, key)
         out = jnp.einsum("bhts,bhsk->bhtk", probs, v_BHSK).transpose(0, 2, 1, 3).reshape(B, T, D)
         return self.out(out)

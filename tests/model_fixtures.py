@@ -1,6 +1,7 @@
 """Tiny models and inputs shared by the model tests."""
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 import normjax
@@ -20,3 +21,17 @@ def model_inputs(cfg: normjax.ModelConfig, batch: int = 2, length: int = 5, seed
     if cfg.arch != "encoder_decoder":
         return (src,)
     return src, jax.random.randint(k2, (batch, length + 1), 1, cfg.vocab_size)
+
+
+def scan_twin(model: normjax.Transformer) -> normjax.Transformer:
+    """The same model with scan_layers=True and the same parameters (loop layers stacked)."""
+    twin = normjax.Transformer(model.cfg.replace(scan_layers=True), rngs=nnx.Rngs(123))
+    pure = nnx.to_pure_dict(nnx.state(model))
+    for stack in model.cfg.stacks:
+        layers = pure["stacks"][stack]["layers"]
+        per_layer = [layers[i] for i in sorted(layers)]
+        pure["stacks"][stack]["layers"] = jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer)
+    state = nnx.state(twin)
+    nnx.replace_by_pure_dict(state, pure)
+    nnx.update(twin, state)
+    return twin

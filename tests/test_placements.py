@@ -1,0 +1,160 @@
+"""Every placement's wiring reads like its formula: checked against numpy references and each other."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from model_fixtures import model_inputs, tiny_model
+
+import normjax
+from normjax.blocks import BlockContext
+from normjax.config import NORMS, PLACEMENTS
+
+
+def _np_layernorm(z, p, prefix, eps=1e-5):
+    c = z - z.mean(-1, keepdims=True)
+    return c / np.sqrt((c**2).mean(-1, keepdims=True) + eps) * p[f"{prefix}/scale"] + p[f"{prefix}/bias"]
+
+
+def _np_linear(x, p, name):
+    return x @ p[f"{name}/kernel"] + p[f"{name}/bias"]
+
+
+def _np_attention(x, p, heads, causal=False):
+    B, T, D = x.shape
+    q, k, v = (_np_linear(x, p, f"attn/{n}").reshape(B, T, heads, D // heads).transpose(0, 2, 1, 3)
+               for n in ("query", "key", "value"))
+    logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D // heads)
+    if causal:
+        logits = np.where(np.tril(np.ones((T, T), bool)), logits, -np.inf)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    w = w / w.sum(-1, keepdims=True)
+    return _np_linear((w @ v).transpose(0, 2, 1, 3).reshape(B, T, D), p, "attn/out")
+
+
+def _np_mlp(x, p):
+    return _np_linear(np.maximum(_np_linear(x, p, "ffn/fc1"), 0), p, "ffn/fc2")
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_pre_and_post_blocks_match_numpy_reference(placement, x64):
+    model = tiny_model(placement=placement, arch="encoder", param_dtype="float64", dtype="float64")
+    params = normjax.layer_params(nnx.state(model, nnx.Param), model, "encoder")[1]
+    p = {k: np.asarray(v) for k, v in params.items()}
+    x = np.random.default_rng(0).normal(size=(2, 5, 16))
+    y = np.asarray(normjax.block_fn(model, 1, "encoder")(jnp.asarray(x)))
+    att = lambda h: _np_attention(h, p, heads=2)
+    if placement == "pre":  # x + F(LN(x)): the block output minus its input is the branch on LN(x)
+        h = x + att(_np_layernorm(x, p, "attn/norm"))
+        expected = h + _np_mlp(_np_layernorm(h, p, "ffn/norm"), p)
+    else:  # LN(x + F(x))
+        h = _np_layernorm(x + att(x), p, "attn/norm")
+        expected = _np_layernorm(h + _np_mlp(h, p), p, "ffn/norm")
+    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
+
+
+def _expected_sublayer(block, sub, x, records, name):
+    """The placement's formula applied to the branch output that the block recorded."""
+    out = records[f"{sub.name}.out"]
+    placement = block.placement
+    if placement == "hybrid":
+        placement = "post" if sub.name == "ffn" else "tfixup"
+    gate = block.gate[...] if block.gate is not None else (sub.gate[...] if sub.gate is not None else 0)
+    return {
+        "post": lambda: sub.norm(x + out),
+        "pre": lambda: x + out,
+        "sandwich": lambda: x + sub.norm2(out),
+        "branch_post": lambda: x + sub.norm(out),
+        "deepnorm": lambda: sub.norm(sub.alpha * x + out),
+        "admin": lambda: sub.norm(sub.omega[...] * x + out),
+        "rezero": lambda: x + gate * out,
+        "skipinit": lambda: x + gate * out,
+        "layerscale": lambda: x + gate * out,
+        "tfixup": lambda: x + out,
+    }[placement]()
+
+
+@pytest.mark.parametrize("placement", [p for p in PLACEMENTS if p != "mixln"])
+@pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
+def test_each_sublayer_follows_its_placement_formula(placement, arch):
+    model = tiny_model(arch=arch, placement=placement, layerscale_init=0.3)
+    inputs = model_inputs(model.cfg)
+    stack = model.cfg.stacks[-1]
+    ctx = normjax.block_context(model, *inputs, stack=stack)
+    block = model.stacks[stack].block(1)
+    # Non-zero gates so the branch matters (ReZero/SkipInit start at zero).
+    for gate in [block.gate] + [s.gate for s in block.sublayers()]:
+        if gate is not None:
+            gate.set_value(jnp.full_like(gate[...], 0.7))
+    x = jax.random.normal(jax.random.key(1), inputs[-1].shape + (16,))
+    for sub in block.sublayers():
+        records = {}
+        y = block.apply_sublayer(sub, x, ctx, records)
+        np.testing.assert_allclose(y, _expected_sublayer(block, sub, x, records, sub.name),
+                                   rtol=1e-5, atol=1e-5)
+        if placement in ("pre", "sandwich", "layerscale"):
+            np.testing.assert_array_equal(records[f"{sub.name}.pre"], x)
+        if placement in ("post", "deepnorm", "admin"):
+            assert f"{sub.name}.post" in records
+        if placement == "hybrid" and sub.name != "ffn":
+            assert {f"{sub.name}.q", f"{sub.name}.k", f"{sub.name}.v"} <= set(records)
+        x = y
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
+def test_deepnorm_with_unit_constants_equals_post(arch):
+    inputs = model_inputs(tiny_model(arch=arch).cfg)
+    post = tiny_model(arch=arch, placement="post")
+    deep = tiny_model(arch=arch, placement="deepnorm", deepnorm_alpha=1.0, deepnorm_beta=1.0)
+    np.testing.assert_array_equal(post(*inputs), deep(*inputs))
+    scaled = tiny_model(arch=arch, placement="deepnorm")
+    assert not np.allclose(post(*inputs), scaled(*inputs))
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
+def test_admin_with_unit_omega_equals_post(arch):
+    inputs = model_inputs(tiny_model(arch=arch).cfg)
+    post = tiny_model(arch=arch, placement="post")
+    admin = tiny_model(arch=arch, placement="admin", admin_omega=1.0)
+    np.testing.assert_array_equal(post(*inputs), admin(*inputs))
+
+
+@pytest.mark.parametrize("fields", [dict(placement="rezero"), dict(placement="skipinit"),
+                                    dict(placement="rezero", rezero_per_sublayer=True),
+                                    dict(placement="layerscale", layerscale_init=0.0)])
+@pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
+def test_zero_gated_placements_are_the_identity_at_init(fields, arch):
+    model = tiny_model(arch=arch, num_layers=3, **fields)
+    inputs = model_inputs(model.cfg)
+    stack = model.cfg.stacks[-1]
+    ctx = normjax.block_context(model, *inputs, stack=stack)
+    x = jax.random.normal(jax.random.key(2), inputs[-1].shape + (16,))
+    np.testing.assert_array_equal(normjax.stack_fn(model, stack=stack, context=ctx)(x), x)
+
+
+def test_mixln_wires_post_then_pre():
+    model = tiny_model(placement="mixln", num_layers=4)
+    assert [model.stacks["decoder"].block(l).placement for l in range(4)] == ["post"] + ["pre"] * 3
+    _, probes = normjax.probe(model, *model_inputs(model.cfg))
+    assert "ffn.post" in probes["decoder"].norm_inputs[0]
+    assert "ffn.pre" in probes["decoder"].norm_inputs[1]
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_every_placement_norm_arch_builds_and_is_finite(placement, norm, arch):
+    model = tiny_model(arch=arch, placement=placement, norm=norm, num_layers=4)
+    logits = model(*model_inputs(model.cfg))
+    assert logits.shape == (2, 6 if arch == "encoder_decoder" else 5, 23)
+    assert bool(jnp.isfinite(logits).all())
+
+
+def test_block_context_defaults_to_causal_for_decoder_blocks():
+    model = tiny_model(placement="pre")
+    x = jax.random.normal(jax.random.key(0), (5, 16))
+    causal = normjax.block_fn(model, 0)(x)
+    full = normjax.block_fn(model, 0, context=BlockContext())(x)
+    np.testing.assert_allclose(causal[-1], full[-1], rtol=1e-5, atol=1e-6)  # last token sees all
+    assert not np.allclose(causal[0], full[0])
