@@ -21,11 +21,36 @@ def _unit(v):
     return v / jnp.linalg.norm(v)
 
 
+@functools.partial(jax.jit, static_argnames=("shape", "dtype", "kind"))
+def random_vectors(key, shape, dtype, kind="normal"):
+    """Gaussian or Rademacher draws, compiled once per shape rather than once per function f.
+
+    The random bits are generated outside the f-dependent programs below because threefry costs
+    about 0.3 s of XLA compile time per program on CPU.
+    """
+    if kind == "rademacher":
+        return jax.random.rademacher(key, shape, dtype)
+    return jax.random.normal(key, shape, dtype)
+
+
+def _hash_vector(seed, n, dtype):
+    """A cheap, deterministic pseudo-random vector in [-1/2, 1/2)^n (lowbias32 integer hash).
+
+    Used for Lanczos restart directions inside the loop, where a threefry draw would be costly to
+    compile; any direction with a component outside the current Krylov basis does.
+    """
+    h = jnp.arange(n, dtype=jnp.uint32) * jnp.uint32(0x9E3779B9) + seed.astype(jnp.uint32)
+    for shift, mult in ((16, 0x7FEB352D), (15, 0x846CA68B)):
+        h = (h ^ (h >> shift)) * jnp.uint32(mult)
+    h = h ^ (h >> 16)
+    return h.astype(dtype) * (1.0 / 2**32) - 0.5
+
+
 @functools.partial(jax.jit, static_argnames=("f",))
-def power(f, x, key, num_iters, tol):
-    """Power iteration on J^T J; returns (sigma, iterations, last relative change, #bad f(x))."""
+def power(f, x, v0_N, num_iters, tol):
+    """Power iteration on J^T J from v0; returns (sigma, steps, last relative change, #bad f(x))."""
     y_M, jvp, vjp = linear_ops(f, x)
-    v0_N = _unit(jax.random.normal(key, (x.size,), x.dtype))
+    v0_N = _unit(v0_N)
 
     def body(state):
         i, v_N, s, _ = state
@@ -46,7 +71,7 @@ def power(f, x, key, num_iters, tol):
     return s, i, rel, checks.count_nonfinite(y_M)
 
 
-def _orthonormalize(w, Q, key, scale):
+def _orthonormalize(w, Q, seed, scale):
     """w minus its projection on the rows of Q (twice: "twice is enough"), normalized.
 
     On breakdown (w in span(Q) up to rounding) returns a random unit vector orthogonal to Q and a
@@ -60,7 +85,7 @@ def _orthonormalize(w, Q, key, scale):
     w = project_out(w)
     norm = jnp.linalg.norm(w)
     broke = norm <= 10 * jnp.finfo(w.dtype).eps * scale
-    r = project_out(jax.random.normal(key, w.shape, w.dtype))
+    r = project_out(_hash_vector(seed, w.size, w.dtype))
     r = r / jnp.maximum(jnp.linalg.norm(r), jnp.finfo(w.dtype).tiny)
     return jnp.where(broke, r, w / jnp.where(broke, 1, norm)), jnp.where(broke, 0, norm)
 
@@ -75,7 +100,7 @@ def _ritz(alpha_K, beta_K, j, k):
 
 
 @functools.partial(jax.jit, static_argnames=("f", "k", "max_dim"))
-def lanczos(f, x, key, k, max_dim, tol):
+def lanczos(f, x, v0_N, k, max_dim, tol):
     """Golub-Kahan-Lanczos bidiagonalization with full reorthogonalization, J V = U B.
 
     Stops when each of the top-k Ritz values theta_i has residual bound beta_j |P[j, i]| <= tol *
@@ -83,20 +108,17 @@ def lanczos(f, x, key, k, max_dim, tol):
     (top-k singular values, steps, max relative residual, #non-finite f(x)).
     """
     y_M, jvp, vjp = linear_ops(f, x)
-    key_v0, key_restart = jax.random.split(key)
-    V_KN = jnp.zeros((max_dim + 1, x.size), x.dtype)
-    V_KN = V_KN.at[0].set(_unit(jax.random.normal(key_v0, (x.size,), x.dtype)))
+    V_KN = jnp.zeros((max_dim + 1, x.size), x.dtype).at[0].set(_unit(v0_N))
     U_KM = jnp.zeros((max_dim, y_M.size), y_M.dtype)
     zeros_K = jnp.zeros((max_dim,), x.dtype)
 
     def body(state):
         j, V_KN, U_KM, alpha_K, beta_K, scale, _, _ = state
-        ku, kv = jax.random.split(jax.random.fold_in(key_restart, j))
         u_M = jvp(V_KN[j]) - jnp.where(j > 0, beta_K[j - 1], 0) * U_KM[j - 1]
-        u_M, a = _orthonormalize(u_M, U_KM, ku, scale)
+        u_M, a = _orthonormalize(u_M, U_KM, 2 * j + 1, scale)
         scale = jnp.maximum(scale, a)
         v_N = vjp(u_M) - a * V_KN[j]
-        v_N, b = _orthonormalize(v_N, V_KN, kv, scale)
+        v_N, b = _orthonormalize(v_N, V_KN, 2 * j + 2, scale)
         scale = jnp.maximum(scale, b)
         U_KM, V_KN = U_KM.at[j].set(u_M), V_KN.at[j + 1].set(v_N)
         alpha_K, beta_K = alpha_K.at[j].set(a), beta_K.at[j].set(b)
@@ -114,11 +136,14 @@ def lanczos(f, x, key, k, max_dim, tol):
     return theta_k, j, rel, checks.count_nonfinite(y_M)
 
 
-@functools.partial(jax.jit, static_argnames=("f", "num_probes", "chunk_size"))
-def hutchinson(f, x, key, num_probes, chunk_size):
-    """Hutchinson ||J||_F^2 = E ||J z||^2 over Rademacher z. Returns (mean, stderr, #non-finite)."""
+@functools.partial(jax.jit, static_argnames=("f", "chunk_size"))
+def hutchinson(f, x, z_PN, chunk_size):
+    """Hutchinson ||J||_F^2 = E ||J z||^2 over probes z (rows of z_PN, Rademacher).
+
+    Returns (mean, standard error, #non-finite f(x)).
+    """
     y_M, jvp, _ = linear_ops(f, x)
-    z_PN = jax.random.rademacher(key, (num_probes, x.size), x.dtype)
+    num_probes = z_PN.shape[0]
     sq_P = jax.lax.map(lambda z_N: jnp.sum(jvp(z_N) ** 2), z_PN, batch_size=chunk_size)
     stderr = jnp.std(sq_P, ddof=1) / jnp.sqrt(num_probes)
     return jnp.mean(sq_P), stderr, checks.count_nonfinite(y_M)

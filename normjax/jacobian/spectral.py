@@ -120,15 +120,16 @@ def singular_values(f, x, k: int | None = None, *, method: str = "auto",
         s_K = _top_singular_values(jacobian(f, x), k)
         info = SpectralInfo("exact", 0, 0.0, True)
     else:
+        v0_N = krylov.random_vectors(key, (x.size,), x.dtype)
         if method == "power":
             iters = DEFAULT_POWER_ITERS if num_iters is None else num_iters
-            s, steps, res, bad_y = krylov.power(f, x, key, iters, tol)
+            s, steps, res, bad_y = krylov.power(f, x, v0_N, iters, tol)
             s_K = s[None]
         else:
             max_dim = min(rank, 2 * k + 60 if num_iters is None else num_iters)
             if max_dim < k:
                 raise ValueError(f"num_iters={num_iters} must be >= k={k} for lanczos.")
-            s_K, steps, res, bad_y = krylov.lanczos(f, x, key, k, max_dim, tol)
+            s_K, steps, res, bad_y = krylov.lanczos(f, x, v0_N, k, max_dim, tol)
             # A full Krylov basis (max_dim = rank) makes B's singular values exact up to rounding.
         checks.raise_if_nonfinite("f(x)", bad_y, out_size)
         res = float(res)
@@ -175,7 +176,8 @@ def frobenius_norm_sq(f, x, *, method: str = "hutchinson", num_probes: int = 64,
         if num_probes < 2:
             raise ValueError(f"num_probes must be >= 2, got {num_probes}.")
         key = jax.random.key(0) if key is None else key
-        value, stderr, bad_y = krylov.hutchinson(f, x, key, num_probes, chunk_size)
+        z_PN = krylov.random_vectors(key, (num_probes, x.size), x.dtype, "rademacher")
+        value, stderr, bad_y = krylov.hutchinson(f, x, z_PN, chunk_size)
         checks.raise_if_nonfinite("f(x)", bad_y, jax.eval_shape(f, x).size)
         info = FrobeniusInfo("hutchinson", num_probes, float(stderr))
     else:

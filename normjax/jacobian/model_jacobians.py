@@ -1,0 +1,91 @@
+"""Jacobian probes of a model on one sequence: per block, per sublayer, end to end, x_0 -> x_L."""
+
+import numpy as np
+
+import normjax
+from normjax.jacobian import spectral
+
+
+def one_sequence(inputs, masks, index: int):
+    """The inputs and masks of sequence `index` of the batch, as a batch of one."""
+    inputs = tuple(x[index:index + 1] for x in inputs)
+    masks = {k: None if v is None else v[index:index + 1] for k, v in masks.items()}
+    return inputs, masks
+
+
+def sublayer_names(model, stack: str) -> tuple[str, ...]:
+    """The sublayers of every block of `stack`, in call order."""
+    return ("attn", "cross", "ffn") if model.cfg.has_cross_attention(stack) else ("attn", "ffn")
+
+
+def _streams_and_contexts(model, inputs, masks, sequence):
+    """{stack: ([x_0 .. x_L] each (T, D), BlockContext)} for one sequence."""
+    inputs, masks = one_sequence(inputs, masks, sequence)
+    _, probes = normjax.probe(model, *inputs, **masks)
+    return {stack: ([x[0] for x in probes[stack].streams],
+                    normjax.block_context(model, *inputs, stack=stack, **masks))
+            for stack in normjax.stack_names(model)}
+
+
+def block_jacobian_norms(model, *inputs, sequence: int = 0, method: str = "auto",
+                         num_iters: int | None = None, tol: float | None = None, **masks) -> dict:
+    """||d x_{l+1} / d x_l||_2 of every block, and of every sublayer map x -> x after it.
+
+    The Jacobians are over one whole sequence (n = T * d inputs, padded positions included), at
+    the streams the model produces on it; `method` etc. as in `jacobian.spectral_norm` ("auto":
+    exact up to `jacobian.AUTO_EXACT_MAX_ENTRIES` entries, Lanczos above). The block's Jacobian
+    is the product of its sublayers' Jacobians, so "block" <= the product of the sublayer norms.
+
+    Returns:
+      {stack: {"block": (L,), "attn": (L,), ["cross": (L,),] "ffn": (L,), "methods": [str]}}.
+    """
+    kw = dict(method=method, num_iters=num_iters, tol=tol, return_info=True)
+    out = {}
+    for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence).items():
+        names = ("block",) + sublayer_names(model, stack)
+        norms, methods = {name: [] for name in names}, set()
+        for i in range(normjax.num_blocks(model, stack)):
+            x_TD = streams[i]
+            s, info = spectral.spectral_norm(normjax.block_fn(model, i, stack, ctx), x_TD, **kw)
+            norms["block"].append(float(s))
+            methods.add(info.method)
+            for sub in names[1:]:
+                g = normjax.sublayer_fn(model, i, sub, stack, ctx)
+                s, info = spectral.spectral_norm(g, x_TD, **kw)
+                norms[sub].append(float(s))
+                methods.add(info.method)
+                x_TD = g(x_TD)
+        out[stack] = {name: np.array(v) for name, v in norms.items()} | {"methods": sorted(methods)}
+    return out
+
+
+def end_to_end_jacobians(model, *inputs, sequence: int = 0, method: str = "auto",
+                         num_probes: int = 64, top_k: int = 32, key=None, **masks) -> dict:
+    """Norms of d x_L / d x_l for every l, and the singular values of d x_L / d x_0.
+
+    x_L is the stream leaving the last block (before any final norm), on one sequence. The spectral
+    norm uses `method`; ||J||_F^2 is a Hutchinson estimate (`num_probes` JVPs, with its standard
+    error). The input-output spectrum holds all min(n, n) = T d singular values when the Jacobian
+    fits `jacobian.AUTO_EXACT_MAX_ENTRIES` (exact SVD), else the top `top_k` (Lanczos).
+
+    Returns:
+      {stack: {"spectral": (L,), "frobenius_sq": (L,), "frobenius_sq_stderr": (L,),
+      "io_singular_values": (T d,) or (top_k,), "io_all": bool}}, index l meaning d x_L / d x_l.
+    """
+    out = {}
+    for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence).items():
+        res = {"spectral": [], "frobenius_sq": [], "frobenius_sq_stderr": []}
+        for i in range(normjax.num_blocks(model, stack)):
+            f = normjax.stack_fn(model, start=i, stack=stack, context=ctx)
+            res["spectral"].append(float(spectral.spectral_norm(f, streams[i], method=method)))
+            fro, info = spectral.frobenius_norm_sq(f, streams[i], num_probes=num_probes, key=key,
+                                                   return_info=True)
+            res["frobenius_sq"].append(float(fro))
+            res["frobenius_sq_stderr"].append(info.stderr)
+        f0, x0 = normjax.stack_fn(model, start=0, stack=stack, context=ctx), streams[0]
+        io_all = x0.size**2 <= spectral.AUTO_EXACT_MAX_ENTRIES
+        s = spectral.singular_values(f0, x0, None if io_all else min(top_k, x0.size),
+                                     method="exact" if io_all else "lanczos")
+        out[stack] = {k: np.array(v) for k, v in res.items()} | {
+            "io_singular_values": np.asarray(s), "io_all": io_all}
+    return out
