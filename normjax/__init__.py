@@ -14,6 +14,7 @@ from normjax.probing import (
     layer_params,
     num_blocks,
     probe,
+    probe_stream,
     profile_admin,
     stack_fn,
     stack_names,
@@ -23,6 +24,6 @@ from normjax.probing import (
 __all__ = [
     "NORMS", "PLACEMENTS", "Block", "BlockContext", "ModelConfig", "StackProbes", "Transformer",
     "admin_omega", "block_context", "block_fn", "deepnorm_constants", "embed", "gpt2_scale", "jacobian",
-    "layer_params", "make_norm", "num_blocks", "probe", "profile_admin", "stack_fn", "stack_names",
+    "layer_params", "make_norm", "num_blocks", "probe", "probe_stream", "profile_admin", "stack_fn", "stack_names",
     "sublayer_fn", "tfixup_scale",
 ]

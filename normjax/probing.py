@@ -55,12 +55,34 @@ def probe(model: Transformer, *inputs, **masks) -> tuple[jax.Array, dict[str, St
     logits, traces = model.forward(*inputs, **masks, record=True)
     probes = {}
     for stack, (records, final_input) in traces.items():
-        streams = [rec["stream"] for rec in records] + [final_input]
-        split = [split_records({k: v for k, v in rec.items() if k != "stream"}) for rec in records]
-        has_final = model.stacks[stack].final_norm is not None
-        probes[stack] = StackProbes(streams, [s[0] for s in split], [s[1] for s in split],
-                                    final_input if has_final else None)
+        probes[stack] = _stack_probes(model, stack, records, final_input)
     return logits, probes
+
+
+def _stack_probes(model: Transformer, stack: str, records: list, final_input) -> StackProbes:
+    split = [split_records({k: v for k, v in rec.items() if k != "stream"}) for rec in records]
+    has_final = model.stacks[stack].final_norm is not None
+    return StackProbes([rec["stream"] for rec in records] + [final_input], [s[0] for s in split],
+                       [s[1] for s in split], final_input if has_final else None)
+
+
+def probe_stream(model: Transformer, x0_BTD, stack: str | None = None,
+                 context: BlockContext | None = None) -> StackProbes:
+    """StackProbes of `stack` fed the stream x0 (B, T, D) directly instead of embedded tokens.
+
+    For analysis in the theory setting (e.g. Gaussian inputs with E||x||^2 = d); `context` as for
+    block_fn (None: unpadded, causal for a decoder stack).
+    """
+    stack = _stack_name(model, stack)
+    records = []
+
+    def body(m, s, x, ctx):
+        y, recs = m.stacks[s].run_blocks(x, ctx, record=True)
+        records.extend(recs)
+        return y
+
+    final_input = _pure(model, stack, context, body)(x0_BTD)
+    return _stack_probes(model, stack, records, final_input)
 
 
 def embed(model: Transformer, tokens_BT, stack: str | None = None):

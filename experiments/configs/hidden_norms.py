@@ -1,0 +1,31 @@
+"""hidden_norms presets.
+
+  python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:quick --workdir=results
+"""
+
+import ml_collections
+
+from experiments.common import preset
+
+
+def _base():
+    c = ml_collections.ConfigDict()
+    c.placements = ("post", "pre", "sandwich", "deepnorm", "admin", "rezero")
+    c.settings = ("theory", "real")
+    c.vocab_size = 1000
+    c.d_model, c.num_heads, c.d_ff = 128, 4, 512
+    c.num_layers = 24
+    c.batch_size, c.seq_len = 8, 32
+    c.num_seeds = 3
+    return c
+
+
+def _paper():
+    c = _base()
+    c.d_model, c.num_heads, c.d_ff, c.num_layers = 512, 8, 2048, 48
+    c.batch_size, c.seq_len, c.num_seeds = 16, 64, 5
+    return c
+
+
+def get_config(arg: str = "quick"):
+    return preset(arg, {"quick": _base, "paper": _paper})

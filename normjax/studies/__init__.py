@@ -1,0 +1,1 @@
+"""Studies: the measurements behind each experiment, as library functions (compute + plot)."""

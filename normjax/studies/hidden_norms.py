@@ -1,0 +1,110 @@
+"""hidden_norms: ||x_l||^2/d of the residual stream and of every norm input at init (X3, S4, R4)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from tqdm import tqdm
+
+import normjax
+from normjax import plotting
+from normjax.jacobian import fits
+
+NORM_INPUT_SITES = ("attn.post", "ffn.post", "attn.pre", "ffn.pre")
+
+
+def model_config(config, setting: str, placement: str) -> normjax.ModelConfig:
+    """The encoder of this study: Xiong et al.'s theory setting or the real (multi-head) model."""
+    theory = setting == "theory"
+    return normjax.ModelConfig(
+        arch="encoder", vocab_size=config.vocab_size, d_model=config.d_model,
+        num_heads=1 if theory else config.num_heads, d_ff=config.d_ff, num_layers=config.num_layers,
+        placement=placement, theory=theory, max_len=max(config.seq_len, 8))
+
+
+def _mean_sq(z_BTD) -> float:
+    return float(jnp.mean(jnp.square(z_BTD)))
+
+
+def measure(config, setting: str, placement: str, seed: int) -> dict:
+    """Per-layer ||x_l||^2/d and ||z||^2/d at each norm site, for one initialisation."""
+    model = normjax.Transformer(model_config(config, setting, placement), rngs=nnx.Rngs(seed))
+    key = jax.random.key(1000 + seed)
+    shape = (config.batch_size, config.seq_len)
+    if setting == "theory":  # Gaussian inputs with E||x||^2 = d, as in the lemma
+        probes = normjax.probe_stream(model, jax.random.normal(key, shape + (config.d_model,)))
+    else:
+        tokens = jax.random.randint(key, shape, 0, config.vocab_size)
+        probes = normjax.probe(model, tokens)[1]["encoder"]
+    sites = {site: [_mean_sq(n[site]) if site in n else None for n in probes.norm_inputs]
+             for site in NORM_INPUT_SITES if any(site in n for n in probes.norm_inputs)}
+    return {"stream": [_mean_sq(x) for x in probes.streams], "norm_inputs": sites}
+
+
+def lemma2_bounds(num_layers: int) -> dict:
+    """Xiong et al. Lemma 2 for Pre-LN: (1 + l/2) <= E||x_l||^2/d <= (1 + 3l/2); Post-LN input 3/2."""
+    l = np.arange(num_layers + 1)
+    return {"pre_lower": 1 + l / 2, "pre_upper": 1 + 3 * l / 2, "post_ln_input": 1.5}
+
+
+def _aggregate(runs: list[dict]) -> dict:
+    stream = np.array([r["stream"] for r in runs])
+    out = {"stream_mean": stream.mean(0), "stream_std": stream.std(0), "norm_inputs": {}}
+    for site in runs[0]["norm_inputs"]:
+        values = np.array([[np.nan if v is None else v for v in r["norm_inputs"][site]]
+                           for r in runs])
+        out["norm_inputs"][site] = {"mean": values.mean(0), "std": values.std(0)}
+    return out
+
+
+def _growth(stream_mean) -> dict:
+    l = np.arange(len(stream_mean))
+    fit = fits.linear_fit(l, np.asarray(stream_mean))
+    return fit.to_dict() | {"ratio_last_first": float(stream_mean[-1] / stream_mean[0])}
+
+
+def compute(config, study) -> dict:
+    jobs = [(s, p) for s in config.settings for p in config.placements]
+    results = {"bounds": lemma2_bounds(config.num_layers), "runs": {}}
+    for setting, placement in tqdm(jobs, desc="hidden_norms", unit="model"):
+        runs = [study.cached(f"{setting}-{placement}-{seed}",
+                             lambda s=seed: measure(config, setting, placement, s))
+                for seed in range(config.num_seeds)]
+        agg = _aggregate(runs)
+        agg["stream_growth"] = _growth(agg["stream_mean"])
+        results["runs"].setdefault(setting, {})[placement] = agg
+    return results
+
+
+def plot(results: dict, study) -> list[str]:
+    bounds = results["bounds"]
+    settings = list(results["runs"])
+    fig, axes = plotting.figure(ncols=len(settings))
+    for ax, setting in zip(axes, settings, strict=True):
+        for placement, agg in results["runs"][setting].items():
+            mean, std = np.array(agg["stream_mean"]), np.array(agg["stream_std"])
+            l = np.arange(len(mean))
+            ax.plot(l, mean, color=plotting.color(placement), label=placement)
+            ax.fill_between(l, mean - std, mean + std, color=plotting.color(placement), alpha=0.2)
+        if setting == "theory":
+            l = np.arange(len(bounds["pre_lower"]))
+            ax.fill_between(l, bounds["pre_lower"], bounds["pre_upper"], color="grey", alpha=0.15,
+                            label="Lemma 2 (Pre-LN)")
+        ax.set(title=f"residual stream at init ({setting})", xlabel="layer l",
+               ylabel=r"$\|x_l\|^2/d$", yscale="log")
+        ax.legend(fontsize=7)
+    paths = plotting.save(fig, study.figure_stem("stream_norms"))
+    fig, axes = plotting.figure(ncols=len(settings))
+    for ax, setting in zip(axes, settings, strict=True):
+        for placement, agg in results["runs"][setting].items():
+            site = agg["norm_inputs"].get("ffn.post")
+            if site is not None:
+                ax.plot(np.array(site["mean"], float), marker="o", ms=3,
+                        color=plotting.color(placement), label=f"{placement} (FFN LN input)")
+        ax.axhline(bounds["post_ln_input"], **plotting.THEORY_STYLE, label="Lemma 2: 3/2")
+        ax.set(title=f"Post-LN-style norm inputs ({setting})", xlabel="layer",
+               ylabel=r"$\|z\|^2/d$")
+        ax.legend(fontsize=7)
+    return paths + plotting.save(fig, study.figure_stem("ln_inputs"))

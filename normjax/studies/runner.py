@@ -1,0 +1,89 @@
+"""Running a study resumably: WORKDIR/<name>/ with cached partial results, results.json and figures."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shutil
+import time
+from collections.abc import Callable
+
+import jax
+
+from normjax.io import read_json, to_jsonable, write_json
+
+
+class StudyDir:
+    """The output folder of one study: partial results survive an interrupted run."""
+
+    def __init__(self, workdir: str, name: str, config: dict):
+        self.name, self.path = name, os.path.join(workdir, name)
+        self.config = to_jsonable(config)
+        self.results_path = os.path.join(self.path, "results.json")
+        self._partial = os.path.join(self.path, "partial")
+
+    def finished(self) -> dict | None:
+        """The saved results if this study already finished with the same config, else None."""
+        if not os.path.exists(self.results_path):
+            return None
+        saved = read_json(self.results_path)
+        return saved if saved.get("config") == self.config else None
+
+    def open_partial(self) -> None:
+        """Keep cached pieces from an interrupted run with the same config; drop them otherwise."""
+        marker = os.path.join(self._partial, "config.json")
+        if os.path.exists(marker) and read_json(marker) != self.config:
+            shutil.rmtree(self._partial)
+        if not os.path.exists(marker):
+            write_json(marker, self.config)
+
+    def cached(self, key: str, compute: Callable[[], dict]) -> dict:
+        """compute() once per key: its JSON result is stored under partial/ and reused on a rerun."""
+        path = os.path.join(self._partial, f"{key}.json")
+        if os.path.exists(path):
+            return read_json(path)
+        value = to_jsonable(compute())
+        write_json(path, value)
+        return value
+
+    def figure_stem(self, stem: str) -> str:
+        return os.path.join(self.path, stem)
+
+    def save(self, results: dict, figures: list[str], wall_time_s: float) -> dict:
+        record = {
+            "experiment": self.name,
+            "config": self.config,
+            "results": results,
+            "figures": [os.path.relpath(f, self.path) for f in figures],
+            "wall_time_s": wall_time_s,
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": {"platform": platform.platform(), "jax": jax.__version__,
+                        "devices": [str(d) for d in jax.devices()]},
+        }
+        write_json(self.results_path, record)
+        return read_json(self.results_path)
+
+
+def run_study(name: str, workdir: str, config, compute: Callable, plot: Callable,
+              force: bool = False) -> dict:
+    """Run compute(config, study_dir) -> results and plot(results, study_dir) -> figure paths.
+
+    Skips the work when WORKDIR/<name>/results.json holds the same config (unless `force`); a rerun
+    after an interruption reuses the pieces compute() stored with `study_dir.cached`.
+    """
+    config_dict = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    study = StudyDir(workdir, name, config_dict)
+    if not force and (saved := study.finished()) is not None:
+        print(f"[{name}] already done: {study.results_path}")
+        return saved
+    if force and os.path.exists(study.path):
+        shutil.rmtree(study.path)
+    study.open_partial()
+    start = time.time()
+    results = to_jsonable(compute(config, study))
+    figures = plot(results, study)
+    saved = study.save(results, figures, round(time.time() - start, 1))
+    print(f"[{name}] wrote {study.results_path} and {len(figures)} figure files "
+          f"in {saved['wall_time_s']:.0f} s")
+    return saved
