@@ -1,5 +1,6 @@
 """Jacobian probes of a model on one sequence: per block, per sublayer, end to end, x_0 -> x_L."""
 
+import jax.numpy as jnp
 import numpy as np
 
 import normjax
@@ -59,33 +60,49 @@ def block_jacobian_norms(model, *inputs, sequence: int = 0, method: str = "auto"
     return out
 
 
+def jacobian_summary(f, x, *, method: str = "auto", num_probes: int = 64,
+                     top_k: int | None = None, key=None) -> dict:
+    """Spectral norm, ||J||_F^2 and top singular values of the Jacobian of f: (T, D) -> (T, D).
+
+    When `method` resolves to "exact", J is materialized once and everything is exact (all
+    singular values). Otherwise the spectral norm uses `method`, ||J||_F^2 is a Hutchinson
+    estimate (`num_probes` JVPs; "frobenius_sq_stderr" is its standard error) and `top_k`
+    singular values (if asked) come from Lanczos.
+    """
+    if spectral.resolve_method(method, x.size, x.size) == "exact":
+        s = spectral.singular_values(f, x, method="exact")
+        return {"spectral": float(s[0]), "frobenius_sq": float(jnp.sum(s**2)),
+                "frobenius_sq_stderr": 0.0, "singular_values": np.asarray(s), "exact": True}
+    fro, info = spectral.frobenius_norm_sq(f, x, num_probes=num_probes, key=key, return_info=True)
+    out = {"spectral": float(spectral.spectral_norm(f, x, method=method, key=key)),
+           "frobenius_sq": float(fro), "frobenius_sq_stderr": info.stderr, "exact": False}
+    if top_k:
+        top = spectral.singular_values(f, x, min(top_k, x.size), method="lanczos", key=key)
+        out["singular_values"] = np.asarray(top)
+    return out
+
+
 def end_to_end_jacobians(model, *inputs, sequence: int = 0, method: str = "auto",
                          num_probes: int = 64, top_k: int = 32, key=None, **masks) -> dict:
     """Norms of d x_L / d x_l for every l, and the singular values of d x_L / d x_0.
 
-    x_L is the stream leaving the last block (before any final norm), on one sequence. The spectral
-    norm uses `method`; ||J||_F^2 is a Hutchinson estimate (`num_probes` JVPs, with its standard
-    error). The input-output spectrum holds all min(n, n) = T d singular values when the Jacobian
-    fits `jacobian.AUTO_EXACT_MAX_ENTRIES` (exact SVD), else the top `top_k` (Lanczos).
+    x_L is the stream leaving the last block (before any final norm), on one sequence (n = T d).
+    See `jacobian_summary`: exact (all n singular values, exact ||J||_F^2) when the n x n Jacobian
+    fits `jacobian.AUTO_EXACT_MAX_ENTRIES` (or method="exact"), else matrix-free with a Hutchinson
+    ||J||_F^2 and the top `top_k` singular values of d x_L / d x_0.
 
     Returns:
       {stack: {"spectral": (L,), "frobenius_sq": (L,), "frobenius_sq_stderr": (L,),
-      "io_singular_values": (T d,) or (top_k,), "io_all": bool}}, index l meaning d x_L / d x_l.
+      "io_singular_values": (n,) or (top_k,), "exact": bool}}, index l meaning d x_L / d x_l.
     """
+    keys = ("spectral", "frobenius_sq", "frobenius_sq_stderr")
     out = {}
     for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence).items():
-        res = {"spectral": [], "frobenius_sq": [], "frobenius_sq_stderr": []}
+        rows = []
         for i in range(normjax.num_blocks(model, stack)):
             f = normjax.stack_fn(model, start=i, stack=stack, context=ctx)
-            res["spectral"].append(float(spectral.spectral_norm(f, streams[i], method=method)))
-            fro, info = spectral.frobenius_norm_sq(f, streams[i], num_probes=num_probes, key=key,
-                                                   return_info=True)
-            res["frobenius_sq"].append(float(fro))
-            res["frobenius_sq_stderr"].append(info.stderr)
-        f0, x0 = normjax.stack_fn(model, start=0, stack=stack, context=ctx), streams[0]
-        io_all = x0.size**2 <= spectral.AUTO_EXACT_MAX_ENTRIES
-        s = spectral.singular_values(f0, x0, None if io_all else min(top_k, x0.size),
-                                     method="exact" if io_all else "lanczos")
-        out[stack] = {k: np.array(v) for k, v in res.items()} | {
-            "io_singular_values": np.asarray(s), "io_all": io_all}
+            rows.append(jacobian_summary(f, streams[i], method=method, num_probes=num_probes,
+                                         top_k=top_k if i == 0 else None, key=key))
+        out[stack] = {k: np.array([r[k] for r in rows]) for k in keys} | {
+            "io_singular_values": rows[0]["singular_values"], "exact": rows[0]["exact"]}
     return out

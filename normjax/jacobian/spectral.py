@@ -62,11 +62,12 @@ def _top_singular_values(J_MN, k):
     return jnp.linalg.svd(J_MN, compute_uv=False)[:k]
 
 
-def _resolve(method, x, out_size):
+def resolve_method(method: str, in_size: int, out_size: int) -> str:
+    """The method "auto" stands for with these sizes (others are returned as they are)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
     if method == "auto":
-        return "exact" if x.size * out_size <= AUTO_EXACT_MAX_ENTRIES else "lanczos"
+        return "exact" if in_size * out_size <= AUTO_EXACT_MAX_ENTRIES else "lanczos"
     return method
 
 
@@ -105,7 +106,7 @@ def singular_values(f, x, k: int | None = None, *, method: str = "auto",
     """
     x = validate(f, x)
     out_size = int(np.prod(jax.eval_shape(f, x).shape))
-    method = _resolve(method, x, out_size)
+    method = resolve_method(method, x.size, out_size)
     rank = min(x.size, out_size)
     if k is None and method != "exact":
         raise ValueError(f"all singular values need method='exact'; pass k for {method!r}.")

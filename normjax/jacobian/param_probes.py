@@ -1,0 +1,139 @@
+"""Parameter probes: per-layer gradient norms over many batches, output change under an update."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import normjax
+from normjax.jacobian import checks
+
+
+def _layer_norms(tree, model, stack):
+    """[{name: ||array||_F}] per block of `stack`, from a State shaped like the model's params."""
+    return [{name: float(jnp.linalg.norm(jnp.ravel(v))) for name, v in layer.items()}
+            for layer in normjax.layer_params(tree, model, stack)]
+
+
+def _by_name(per_layer: list[dict]) -> dict:
+    """{name: (L,) array} from [{name: value}] per layer; NaN where a layer lacks that parameter."""
+    names = sorted({name for layer in per_layer for name in layer})
+    return {name: np.array([layer.get(name, np.nan) for layer in per_layer]) for name in names}
+
+
+def grad_fn(model, loss_fn):
+    """A jitted (params, rest, batch) -> d loss / d params, and the split (params, rest).
+
+    `loss_fn(model, batch) -> scalar` is called on the model rebuilt with `nnx.merge`, so one
+    compiled function serves every batch (of one shape).
+    """
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    @jax.jit
+    def grads(params, rest, batch):
+        return jax.grad(lambda p: loss_fn(nnx.merge(graphdef, p, rest), batch))(params)
+
+    return grads, params, rest
+
+
+def grad_norms(model, loss_fn, batches, *, stacks=None) -> dict:
+    """Per-layer, per-parameter gradient norms at the current weights, over many batches.
+
+    Two metrics per parameter: the mean over batches of ||grad_b|| and the norm of the mean
+    gradient ||E_b[grad_b]|| (Xiong et al.'s Fig. 3 metric). By the triangle inequality the second
+    is <= the first, with equality for a single batch. One jitted gradient function serves every
+    batch; cost one forward + backward pass per batch.
+
+    Args:
+      model: a normjax.Transformer. loss_fn: (model, batch) -> scalar loss.
+      batches: an iterable of batches (pytrees accepted by loss_fn), all of one shape.
+      stacks: stack names to report (default all).
+
+    Returns:
+      {"num_batches": int, "stacks": {stack: {name: {"mean_of_norms": (L,), "std_of_norms": (L,),
+      "norm_of_mean": (L,)}}}}; names as in `normjax.layer_params` ("ffn/fc1/kernel", ...), NaN
+      for a layer without that parameter (per-layer placements).
+
+    Raises:
+      FloatingPointError: a batch's gradient has NaN/inf entries (names the batch index).
+    """
+    grads, params, rest = grad_fn(model, loss_fn)
+    stacks = normjax.stack_names(model) if stacks is None else tuple(stacks)
+    total, per_batch = None, {s: [] for s in stacks}
+    for b, batch in enumerate(batches):
+        g = grads(params, rest, batch)
+        bad = sum(int(checks.count_nonfinite(leaf)) for leaf in jax.tree.leaves(g))
+        checks.raise_if_nonfinite(f"the gradient of batch {b}", bad,
+                                  sum(leaf.size for leaf in jax.tree.leaves(g)))
+        total = g if total is None else jax.tree.map(jnp.add, total, g)
+        for s in stacks:
+            per_batch[s].append(_by_name(_layer_norms(g, model, s)))
+    if total is None:
+        raise ValueError("batches is empty.")
+    n = len(per_batch[stacks[0]])
+    mean = jax.tree.map(lambda a: a / n, total)
+    out = {}
+    for s in stacks:
+        norm_of_mean = _by_name(_layer_norms(mean, model, s))
+        out[s] = {name: {"mean_of_norms": np.mean([pb[name] for pb in per_batch[s]], axis=0),
+                         "std_of_norms": np.std([pb[name] for pb in per_batch[s]], axis=0),
+                         "norm_of_mean": norm_of_mean[name]} for name in norm_of_mean}
+    return {"num_batches": n, "stacks": out}
+
+
+def perturbation(model, *, eps: float, kind: str = "random", key=None, loss_fn=None,
+                 batch=None):
+    """A weight update dW of every nnx.Param, as a State shaped like nnx.state(model, nnx.Param).
+
+    kind="random": dW = eps * |W| * N(0, 1), elementwise, so each weight moves by a relative
+      amount eps (zero-initialized weights, e.g. biases or ReZero's alpha, stay put).
+    kind="grad_sign": dW = -eps * sign(dL/dW) for `loss_fn(model, batch)`: Adam's first step with
+      learning rate eps (Liu et al. 2020's amplification setting), every weight moving by eps.
+    """
+    params = nnx.state(model, nnx.Param)
+    if kind == "random":
+        key = jax.random.key(0) if key is None else key
+        leaves, treedef = jax.tree.flatten(params)
+        keys = jax.random.split(key, len(leaves))
+        noise = [eps * jnp.abs(w) * jax.random.normal(k, w.shape, w.dtype)
+                 for w, k in zip(leaves, keys, strict=True)]
+        return jax.tree.unflatten(treedef, noise)
+    if kind == "grad_sign":
+        if loss_fn is None or batch is None:
+            raise ValueError("kind='grad_sign' needs loss_fn and batch.")
+        grads, p, rest = grad_fn(model, loss_fn)
+        return jax.tree.map(lambda g: -eps * jnp.sign(g), grads(p, rest, batch))
+    raise ValueError(f"kind must be 'random' or 'grad_sign', got {kind!r}.")
+
+
+def output_change(model, *inputs, eps: float = 1e-3, kind: str = "random", target="logits",
+                  key=None, loss_fn=None, batch=None, **masks) -> dict:
+    """||F(x, W) - F(x, W + dW)|| for a small update dW of all weights (see `perturbation`).
+
+    Args:
+      model, inputs, masks: as for model(...). eps, kind, key, loss_fn, batch: see `perturbation`.
+      target: "logits" (the model output) or "stream" (the last stack's final residual stream
+        x_L, before any final norm).
+
+    Returns:
+      {"rms": sqrt(mean (dF)^2), "relative": ||dF|| / ||F||, "max": max |dF|} over all entries.
+    """
+    if target not in ("logits", "stream"):
+        raise ValueError(f"target must be 'logits' or 'stream', got {target!r}.")
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    last = normjax.stack_names(model)[-1]
+
+    @jax.jit
+    def output(p):
+        m = nnx.merge(graphdef, p, rest)
+        if target == "logits":
+            return m(*inputs, **masks)
+        return normjax.probe(m, *inputs, **masks)[1][last].streams[-1]
+
+    dW = perturbation(model, eps=eps, kind=kind, key=key, loss_fn=loss_fn, batch=batch)
+    y0 = output(params)
+    dy = output(jax.tree.map(jnp.add, params, dW)) - y0
+    checks.raise_if_nonfinite(f"the {target} change", checks.count_nonfinite(dy), dy.size)
+    return {"rms": float(jnp.sqrt(jnp.mean(dy**2))),
+            "relative": float(jnp.linalg.norm(dy) / jnp.linalg.norm(y0)),
+            "max": float(jnp.max(jnp.abs(dy)))}
