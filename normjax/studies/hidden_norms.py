@@ -10,7 +10,9 @@ from tqdm import tqdm
 
 import normjax
 from normjax import plotting
+from normjax.io import to_jsonable
 from normjax.jacobian import fits
+from normjax.studies.hidden_norms_verdicts import verdicts
 
 NORM_INPUT_SITES = ("attn.post", "ffn.post", "attn.pre", "ffn.pre")
 
@@ -75,6 +77,7 @@ def compute(config, study) -> dict:
         agg = _aggregate(runs)
         agg["stream_growth"] = _growth(agg["stream_mean"])
         results["runs"].setdefault(setting, {})[placement] = agg
+    results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
 
