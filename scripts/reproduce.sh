@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Reproduce the study at the quick preset (CPU, minutes) and build the report: scripts/reproduce.sh [WORKDIR]
+# Rerunning after an interruption resumes: finished experiments are skipped, unfinished ones reuse
+# their cached pieces. Set PRESET=paper for the papers' scale (accelerators).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup_env.sh
+workdir="${1:-results}"
+preset="${PRESET:-quick}"
+experiments=(hidden_norms ln_jacobian grad_norms_at_init depth_scaling jacobian_spectrum amplification
+             deep_training warmup_ablation cost)
+mkdir -p "$workdir"
+start=$(date +%s)
+n=${#experiments[@]}
+for i in "${!experiments[@]}"; do
+  name=${experiments[$i]}
+  if [ ! -f "experiments/$name.py" ]; then
+    echo "[$((i + 1))/$n] $name: not in this checkout, skipped"
+    continue
+  fi
+  echo "[$((i + 1))/$n] $name ($preset preset, $(( $(date +%s) - start )) s elapsed)"
+  python -m "experiments.$name" --config="experiments/configs/$name.py:$preset" --workdir="$workdir"
+done
+python scripts/report.py --workdir="$workdir"
+echo "Done in $(( $(date +%s) - start )) s. Report: $workdir/REPORT.md (figures beside it)."
