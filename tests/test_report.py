@@ -21,7 +21,8 @@ def test_report_has_a_row_per_claim_and_keeps_negative_verdicts(tmp_path):
     ], figures=["fit.png", "fit.pdf"])
     _study(tmp_path, "beta", [verdict_row("X7", "BLEU 8 vs 34", "no IWSLT files",
                                           "not testable at this scale", "needs the real data")])
-    text = open(build_report(str(tmp_path))).read()
+    with open(build_report(str(tmp_path))) as f:
+        text = f.read()
     for claim in CLAIMS:
         assert f"| {claim}: " in text, claim
     x5 = next(line for line in text.splitlines() if line.startswith("| X5: "))

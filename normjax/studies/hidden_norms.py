@@ -72,7 +72,7 @@ def compute(config, study) -> dict:
     results = {"bounds": lemma2_bounds(config.num_layers), "runs": {}}
     for setting, placement in tqdm(jobs, desc="hidden_norms", unit="model"):
         runs = [study.cached(f"{setting}-{placement}-{seed}",
-                             lambda s=seed: measure(config, setting, placement, s))
+                             lambda s=seed, st=setting, p=placement: measure(config, st, p, s))
                 for seed in range(config.num_seeds)]
         agg = _aggregate(runs)
         agg["stream_growth"] = _growth(agg["stream_mean"])
