@@ -19,21 +19,23 @@ def sublayer_names(model, stack: str) -> tuple[str, ...]:
     return ("attn", "cross", "ffn") if model.cfg.has_cross_attention(stack) else ("attn", "ffn")
 
 
-def _streams_and_contexts(model, inputs, masks, sequence):
+def _streams_and_contexts(model, inputs, masks, sequence, stacks):
     """{stack: ([x_0 .. x_L] each (T, D), BlockContext)} for one sequence."""
     inputs, masks = one_sequence(inputs, masks, sequence)
     _, probes = normjax.probe(model, *inputs, **masks)
+    stacks = normjax.stack_names(model) if stacks is None else stacks
     return {stack: ([x[0] for x in probes[stack].streams],
                     normjax.block_context(model, *inputs, stack=stack, **masks))
-            for stack in normjax.stack_names(model)}
+            for stack in stacks}
 
 
-def block_jacobian_norms(model, *inputs, sequence: int = 0, method: str = "auto",
+def block_jacobian_norms(model, *inputs, sequence: int = 0, stacks=None, method: str = "auto",
                          num_iters: int | None = None, tol: float | None = None, **masks) -> dict:
     """||d x_{l+1} / d x_l||_2 of every block, and of every sublayer map x -> x after it.
 
     The Jacobians are over one whole sequence (n = T * d inputs, padded positions included), at
-    the streams the model produces on it; `method` etc. as in `jacobian.spectral_norm` ("auto":
+    the streams the model produces on it, for `stacks` (default all); `method` etc. as in
+    `jacobian.spectral_norm` ("auto":
     exact up to `jacobian.AUTO_EXACT_MAX_ENTRIES` entries, Lanczos above). The block's Jacobian
     is the product of its sublayers' Jacobians, so "block" <= the product of the sublayer norms.
 
@@ -42,7 +44,8 @@ def block_jacobian_norms(model, *inputs, sequence: int = 0, method: str = "auto"
     """
     kw = dict(method=method, num_iters=num_iters, tol=tol, return_info=True)
     out = {}
-    for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence).items():
+    for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence,
+                                                       stacks).items():
         names = ("block",) + sublayer_names(model, stack)
         norms, methods = {name: [] for name in names}, set()
         for i in range(normjax.num_blocks(model, stack)):
@@ -74,15 +77,18 @@ def jacobian_summary(f, x, *, method: str = "auto", num_probes: int = 64,
         return {"spectral": float(s[0]), "frobenius_sq": float(jnp.sum(s**2)),
                 "frobenius_sq_stderr": 0.0, "singular_values": np.asarray(s), "exact": True}
     fro, info = spectral.frobenius_norm_sq(f, x, num_probes=num_probes, key=key, return_info=True)
-    out = {"spectral": float(spectral.spectral_norm(f, x, method=method, key=key)),
-           "frobenius_sq": float(fro), "frobenius_sq_stderr": info.stderr, "exact": False}
+    out = {"frobenius_sq": float(fro), "frobenius_sq_stderr": info.stderr, "exact": False}
     if top_k:
         top = spectral.singular_values(f, x, min(top_k, x.size), method="lanczos", key=key)
         out["singular_values"] = np.asarray(top)
+    if top_k and method in ("auto", "lanczos"):
+        out["spectral"] = float(top[0])  # the same Lanczos run, no second one for k = 1
+    else:
+        out["spectral"] = float(spectral.spectral_norm(f, x, method=method, key=key))
     return out
 
 
-def end_to_end_jacobians(model, *inputs, sequence: int = 0, method: str = "auto",
+def end_to_end_jacobians(model, *inputs, sequence: int = 0, stacks=None, method: str = "auto",
                          num_probes: int = 64, top_k: int = 32, key=None, **masks) -> dict:
     """Norms of d x_L / d x_l for every l, and the singular values of d x_L / d x_0.
 
@@ -97,7 +103,8 @@ def end_to_end_jacobians(model, *inputs, sequence: int = 0, method: str = "auto"
     """
     keys = ("spectral", "frobenius_sq", "frobenius_sq_stderr")
     out = {}
-    for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence).items():
+    for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence,
+                                                       stacks).items():
         rows = []
         for i in range(normjax.num_blocks(model, stack)):
             f = normjax.stack_fn(model, start=i, stack=stack, context=ctx)
