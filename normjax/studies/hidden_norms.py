@@ -45,6 +45,31 @@ def measure(config, setting: str, placement: str, seed: int) -> dict:
     return {"stream": [_mean_sq(x) for x in probes.streams], "norm_inputs": sites}
 
 
+def theory_setting_check(config, seed: int = 0) -> dict:
+    """X2: is the theory switch Xiong et al.'s setting? Weights, biases and attention uniformity."""
+    model = normjax.Transformer(model_config(config, "theory", "post"), rngs=nnx.Rngs(seed))
+    layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "encoder")
+    kernels = [np.asarray(p[k]) for p in layers for k in p if k.endswith("kernel")]
+    qk = [np.asarray(p[k]) for p in layers for k in p if k.endswith(("query/kernel", "key/kernel"))]
+    others = [k for k in kernels if np.abs(k).max() > 0]
+    x = jax.random.normal(jax.random.key(seed), (config.batch_size, config.seq_len, config.d_model))
+    attn = [np.asarray(b["attn"]) for b in normjax.probe_stream(model, x).branch_outputs]
+    spread = max(float(np.abs(a - a.mean(1, keepdims=True)).max() / np.abs(a).max()) for a in attn)
+    return {
+        "max_abs_wq_wk": max(float(np.abs(k).max()) for k in qk),
+        "std_times_sqrt_fan_in": [float(k.std() * np.sqrt(k.shape[0])) for k in others],
+        "weight_counts": [int(k.size) for k in others],
+        "max_abs_bias": max(float(np.abs(np.asarray(p[k])).max()) for p in layers for k in p
+                            if k.endswith("bias") and "norm" not in k),
+        "norm_scale_range": [min(float(np.asarray(p[k]).min()) for p in layers for k in p
+                                 if k.endswith("norm/scale")),
+                             max(float(np.asarray(p[k]).max()) for p in layers for k in p
+                                 if k.endswith("norm/scale"))],
+        "attention_output_spread_over_tokens": spread,
+        "num_heads": model.cfg.num_heads,
+    }
+
+
 def lemma2_bounds(num_layers: int) -> dict:
     """Xiong et al. Lemma 2 for Pre-LN: (1 + l/2) <= E||x_l||^2/d <= (1 + 3l/2); Post-LN input 3/2."""
     l = np.arange(num_layers + 1)
@@ -70,6 +95,8 @@ def _growth(stream_mean) -> dict:
 def compute(config, study) -> dict:
     jobs = [(s, p) for s in config.settings for p in config.placements]
     results = {"bounds": lemma2_bounds(config.num_layers), "runs": {}}
+    if "theory" in config.settings:
+        results["theory_check"] = study.cached("theory_check", lambda: theory_setting_check(config))
     for setting, placement in tqdm(jobs, desc="hidden_norms", unit="model"):
         runs = [study.cached(f"{setting}-{placement}-{seed}",
                              lambda s=seed, st=setting, p=placement: measure(config, st, p, s))

@@ -63,5 +63,30 @@ def stream_growth(results: dict) -> list[dict]:
     return rows
 
 
+def theory_setting(results: dict) -> list[dict]:
+    check = results.get("theory_check")
+    if check is None:
+        return []
+    stds = np.array(check["std_times_sqrt_fan_in"])
+    # A sample std of n Gaussian draws has relative standard error 1/sqrt(2n): allow 5 of them.
+    tolerance = 5 / np.sqrt(2 * np.array(check["weight_counts"]))
+    ok = {"W^Q = W^K = 0": check["max_abs_wq_wk"] == 0.0,
+          "weights N(0, 1/fan_in)": bool(np.all(np.abs(stds - 1) <= tolerance)),
+          "zero biases": check["max_abs_bias"] == 0.0,
+          "gamma = 1": check["norm_scale_range"] == [1.0, 1.0],
+          "one head": check["num_heads"] == 1,
+          "uniform attention": check["attention_output_spread_over_tokens"] <= 1e-5}
+    measured = (f"max|W^Q|,|W^K| = {check['max_abs_wq_wk']:g}; std * sqrt(fan_in) in "
+                f"[{stds.min():.3f}, {stds.max():.3f}]; max|bias| = {check['max_abs_bias']:g}; attention "
+                f"output spread over tokens {check['attention_output_spread_over_tokens']:.1e}")
+    failed = [name for name, good in ok.items() if not good]
+    verdict = "holds" if not failed else "does not hold"
+    reason = ("rule: every property exact (weight std within 5 standard errors of 1/sqrt(fan_in), "
+              "attention spread <= 1e-5)"
+              + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return [verdict_row("X2", "theory=True is Xiong et al.'s setting", measured, verdict, reason,
+                        None, **{k: bool(v) for k, v in ok.items()})]
+
+
 def verdicts(results: dict) -> list[dict]:
-    return [lemma2(results)] + stream_growth(results)
+    return [lemma2(results)] + theory_setting(results) + stream_growth(results)

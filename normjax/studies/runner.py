@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
+import inspect
 import os
 import platform
 import shutil
@@ -14,12 +16,28 @@ import jax
 from normjax.io import read_json, to_jsonable, write_json
 
 
-class StudyDir:
-    """The output folder of one study: partial results survive an interrupted run."""
+def code_fingerprint(fn: Callable) -> str:
+    """sha256 of the study's own source: the module defining `fn` and its siblings <module>_*.py."""
+    path = inspect.getsourcefile(fn)
+    folder, stem = os.path.dirname(path), os.path.basename(path).removesuffix(".py")
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        if name == f"{stem}.py" or (name.startswith(f"{stem}_") and name.endswith(".py")):
+            with open(os.path.join(folder, name), "rb") as f:
+                digest.update(name.encode() + f.read())
+    return digest.hexdigest()[:16]
 
-    def __init__(self, workdir: str, name: str, config: dict):
+
+class StudyDir:
+    """The output folder of one study: partial results survive an interrupted run.
+
+    A study is current when its config and its own code (code_fingerprint) are the ones it was run with;
+    otherwise it is recomputed (partial results included).
+    """
+
+    def __init__(self, workdir: str, name: str, config: dict, code: str = ""):
         self.name, self.path = name, os.path.join(workdir, name)
-        self.config = to_jsonable(config)
+        self.config = to_jsonable(config) | {"_code": code}
         self.results_path = os.path.join(self.path, "results.json")
         self._partial = os.path.join(self.path, "partial")
 
@@ -28,7 +46,7 @@ class StudyDir:
         if not os.path.exists(self.results_path):
             return None
         saved = read_json(self.results_path)
-        return saved if saved.get("config") == self.config else None
+        return saved if saved.get("config") == self.config else None  # config includes the code
 
     def open_partial(self) -> None:
         """Keep cached pieces from an interrupted run with the same config; drop them otherwise."""
@@ -73,7 +91,7 @@ def run_study(name: str, workdir: str, config, compute: Callable, plot: Callable
     after an interruption reuses the pieces compute() stored with `study_dir.cached`.
     """
     config_dict = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-    study = StudyDir(workdir, name, config_dict)
+    study = StudyDir(workdir, name, config_dict, code_fingerprint(compute))
     if not force and (saved := study.finished()) is not None:
         print(f"[{name}] already done: {study.results_path}")
         return saved
