@@ -1,0 +1,1 @@
+"""Side-by-side performance measurements (never timed tests)."""
