@@ -63,7 +63,7 @@ def init_state(spec: StepSpec, model: nnx.Module, seed: int, hparams: dict) -> T
         consts=consts,
         opt_state=optimizers.direction(spec.optimizer).init(params),
         step=jnp.zeros((), jnp.int32),
-        rng=jax.random.key_data(jax.random.key(seed)),
+        rng=jax.random.key_data(jax.random.key(seed, impl="rbg")),
         bad_steps=jnp.zeros((), jnp.int32),
         diverged_at=jnp.full((), -1, jnp.int32),
         hparams={k: jnp.asarray(hparams[k], jnp.float32) for k in HPARAMS},
@@ -116,7 +116,7 @@ def train_step(spec: StepSpec, state: TrainState, batch: dict) -> tuple[TrainSta
       param_norm, tokens.
     """
     hp = state.hparams
-    rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng, impl="rbg"), state.step)
 
     def loss_fn(params):
         model = nnx.merge(spec.graphdef, params, state.consts)

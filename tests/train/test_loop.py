@@ -1,0 +1,56 @@
+"""Training jobs: the loss goes down, divergence is an outcome, finished runs are skipped."""
+
+import json
+import math
+import os
+
+import numpy as np
+
+from normjax.train import records
+from normjax.train.config_io import parse
+from normjax.train.loop import run_job
+
+
+def test_tiny_run_lowers_the_loss(tmp_path, tiny):
+    summary = run_job(parse(tiny()), str(tmp_path), progress=False)
+    log = records.read_jsonl(str(tmp_path / "metrics.jsonl"))
+    assert summary["outcome"] == "ok" and summary["steps"] == 40
+    assert [r["step"] for r in log] == [0, 10, 20, 30, 40]
+    initial, final = log[0]["valid/nll"], summary["final"]["valid/nll"]
+    assert initial > 0.9 * math.log(json.loads((tmp_path / "config.json").read_text())["model"][
+        "vocab_size"])
+    assert final < initial - 1.0
+    assert 0 <= summary["final"]["valid/bleu"] <= 100
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints", "config.json", "metrics.jsonl", "summary.json"]
+    mtime = os.path.getmtime(tmp_path / "metrics.jsonl")
+    assert run_job(parse(tiny()), str(tmp_path), progress=False) == summary  # finished: skipped
+    assert os.path.getmtime(tmp_path / "metrics.jsonl") == mtime
+
+
+def test_huge_lr_is_recorded_as_diverged(tmp_path, tiny):
+    summary = run_job(parse(tiny(train__lr=1e4, train__warmup_steps=0)), str(tmp_path), progress=False)
+    assert summary["outcome"] == "diverged"
+    assert 1 <= summary["diverged_step"] <= summary["steps"] < 40
+    assert records.read_json(str(tmp_path / "summary.json"))["outcome"] == "diverged"
+
+
+def test_divergence_needs_consecutive_bad_steps_and_stops_at_the_next_check(tmp_path, tiny):
+    # every loss is above 0.01: the 5th bad update in a row diverges; the host checks every 5 steps
+    config = tiny(train__divergence_loss=0.01, train__divergence_patience=5,
+                  train__divergence_check_every=5, train__diag_every=5)
+    summary = run_job(parse(config), str(tmp_path), progress=False)
+    assert summary["outcome"] == "diverged" and summary["diverged_step"] == 5 and summary["steps"] == 5
+    log = records.read_jsonl(str(tmp_path / "metrics.jsonl"))
+    assert log[-1]["step"] == 5 and np.isfinite(log[-1]["train/loss"])
+
+
+def test_diagnostics_are_logged_per_layer(tmp_path, tiny):
+    config = tiny(train__diag_every=20, model__num_layers=2, train__num_steps=20)
+    run_job(parse(config), str(tmp_path), progress=False)
+    first = records.read_jsonl(str(tmp_path / "metrics.jsonl"))[0]
+    for stack in ("encoder", "decoder"):
+        per_layer = first[f"diag/grad_norm/{stack}"]
+        assert len(per_layer) == 2 and all(g > 0 for g in per_layer)
+        assert all(0 < f <= g for f, g in zip(first[f"diag/ffn_grad_norm/{stack}"], per_layer,
+                                               strict=True))
+        assert first[f"diag/norm_input_rms/{stack}"] > 0

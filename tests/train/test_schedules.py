@@ -1,0 +1,82 @@
+"""Schedule values: peaks, continuity at the warmup boundary, the inverse-sqrt tail, Noam's peak."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from normjax.train.schedules import SCHEDULES, learning_rate
+
+
+def hp(**kw):
+    base = dict(lr=1e-3, warmup_steps=100.0, warmup_init_lr=0.0, total_steps=1000.0, end_lr=0.0,
+                d_model=512.0)
+    return base | kw
+
+
+def lr_at(kind, steps, **kw):
+    return np.array([float(learning_rate(kind, s, hp(**kw))) for s in steps])
+
+
+def test_inverse_sqrt_peak_continuity_and_tail():
+    w = 100
+    np.testing.assert_allclose(lr_at("inverse_sqrt", [w]), [1e-3], rtol=1e-6)
+    # linear ramp up to the peak, continuous at the boundary
+    np.testing.assert_allclose(lr_at("inverse_sqrt", [0, 50, 99]), [0.0, 5e-4, 9.9e-4], rtol=1e-6)
+    # fairseq tail: lr * sqrt(w / step), so 4x the steps halves the lr
+    tail = lr_at("inverse_sqrt", [w, 4 * w, 16 * w, 10_000])
+    np.testing.assert_allclose(tail, 1e-3 * np.sqrt(w / np.array([w, 4 * w, 16 * w, 10_000])), rtol=1e-6)
+
+
+def test_inverse_sqrt_warmup_init_lr():
+    got = lr_at("inverse_sqrt", [0, 50, 100], warmup_init_lr=1e-7)
+    np.testing.assert_allclose(got, [1e-7, 1e-7 + (1e-3 - 1e-7) / 2, 1e-3], rtol=1e-6)
+
+
+def test_warmup_zero_starts_at_the_peak():
+    np.testing.assert_allclose(lr_at("inverse_sqrt", [0, 1, 4, 100], warmup_steps=0.0),
+                               [1e-3, 1e-3, 5e-4, 1e-4], rtol=1e-6)
+    for kind in ("constant", "cosine", "linear"):
+        assert lr_at(kind, [0], warmup_steps=0.0)[0] == pytest.approx(1e-3, rel=1e-6)
+
+
+def test_noam_peak_for_d512_at_4000():
+    steps = np.arange(1, 20_000, 7).tolist() + [4000]
+    values = lr_at("noam", steps, lr=1.0, warmup_steps=4000.0)
+    assert steps[int(np.argmax(values))] == 4000
+    assert values.max() == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-6)
+    assert values.max() == pytest.approx(6.988e-4, abs=5e-8)
+
+
+def test_cosine_matches_optax_with_decay_steps_counting_warmup():
+    ref = optax.warmup_cosine_decay_schedule(0.0, 1e-3, 100, decay_steps=1000, end_value=1e-5)
+    steps = [0, 1, 50, 99, 100, 101, 500, 999, 1000, 1500]
+    np.testing.assert_allclose(lr_at("cosine", steps, end_lr=1e-5), [ref(s) for s in steps],
+                               rtol=1e-5, atol=1e-12)
+
+
+def test_linear_and_constant():
+    np.testing.assert_allclose(lr_at("linear", [100, 550, 1000, 2000], end_lr=1e-4),
+                               [1e-3, 5.5e-4, 1e-4, 1e-4], rtol=1e-6)
+    np.testing.assert_allclose(lr_at("constant", [0, 50, 100, 10**6]), [0, 5e-4, 1e-3, 1e-3], rtol=1e-6)
+
+
+def test_hyperparameters_are_traced_one_compile_serves_all():
+    traces = []
+
+    @jax.jit
+    def f(step, h):
+        traces.append(1)
+        return learning_rate("inverse_sqrt", step, h)
+
+    for lr, w in [(1e-3, 0.0), (5e-4, 500.0), (2e-3, 4000.0)]:
+        h = {k: jnp.float32(v) for k, v in hp(lr=lr, warmup_steps=w).items()}
+        assert float(f(jnp.int32(7000), h)) == pytest.approx(lr * np.sqrt(max(w, 1) / 7000), rel=1e-5)
+    assert len(traces) == 1
+
+
+def test_unknown_schedule_names_choices():
+    with pytest.raises(ValueError, match="inverse_sqrt"):
+        learning_rate("nope", 0, hp())
+    assert set(SCHEDULES) == {"constant", "inverse_sqrt", "noam", "cosine", "linear"}
