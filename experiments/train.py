@@ -8,7 +8,7 @@ Rerunning with the same --workdir resumes from the last checkpoint (or does noth
 
 import json
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from normjax import train
@@ -24,6 +24,7 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
     num_devices = train.setup_devices(_DISTRIBUTED.value)
     with train.exit_on_config_error():
         run = train.parse(_CONFIG.value, num_devices)

@@ -1,6 +1,7 @@
 """Experiment configs: defaults, validation into typed dataclasses, errors before any compute."""
 
 import dataclasses
+import json
 import math
 import os
 import types
@@ -283,3 +284,24 @@ def set_path(values: dict, dotted: str, value: Any) -> dict:
     out = {s: dict(v) for s, v in values.items()}
     out.setdefault(section, {})[key] = value
     return out
+
+
+def sweep_axes(axes: dict) -> ml_collections.ConfigDict:
+    """`config.sweep.axes` from {"section.key": [values, ...]} (dotted keys need this wrapper)."""
+    return ml_collections.ConfigDict(dict(axes), allow_dotted_keys=True)
+
+
+# Train fields that are traced values of one compiled step (see steps.HPARAMS): runs differing only
+# in these share shapes. The seed also orders the data, so runs with different seeds see equal batch
+# shapes at every step only when there is a single bucket.
+TRACED = ("lr", "warmup_steps", "warmup_init_lr", "end_lr", "noam_d_model", "weight_decay",
+          "clip_norm", "label_smoothing", "divergence_loss", "divergence_patience", "seed")
+
+
+def shape_key(run: RunConfig) -> str:
+    """Runs with equal keys can be trained in lockstep by one vmapped step."""
+    values = run.to_dict()
+    one_shape = run.data.task == "bytes_lm" or set(run.data.buckets) <= {run.data.max_len}
+    traced = TRACED if one_shape else TRACED[:-1]
+    values["train"] = {k: v for k, v in values["train"].items() if k not in traced}
+    return json.dumps(values, sort_keys=True, default=str)

@@ -37,9 +37,9 @@ def direction(spec: OptimizerSpec) -> optax.GradientTransformation:
 
 
 def global_norm(tree) -> jnp.ndarray:
-    """sqrt of the sum of squares of every leaf, in float32."""
-    leaves = jax.tree.leaves(tree)
-    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
+    """sqrt of the sum of squares of every leaf, in float32 or wider."""
+    wide = lambda x: x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    return jnp.sqrt(sum(jnp.sum(jnp.square(wide(x))) for x in jax.tree.leaves(tree)))
 
 
 def clip_by_global_norm(grads, max_norm):

@@ -15,19 +15,21 @@ def replicate(tree, mesh: Mesh):
     return jax.device_put(tree, NamedSharding(mesh, PartitionSpec()))
 
 
-def shard_batch(batch: dict, mesh: Mesh) -> dict:
+def shard_batch(batch: dict, mesh: Mesh, row_axis: int = 0) -> dict:
     """A global batch (the same numpy arrays on every process) as arrays sharded along rows.
 
     Each process contributes its own contiguous block of rows, so multi-host runs need no extra data
-    plumbing; rows must be divisible by the device count (config validation checks it).
+    plumbing; rows must be divisible by the device count (config validation checks it). `row_axis` is
+    1 for a stack of batches (one per vmapped run).
     """
-    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    spec = PartitionSpec(*([None] * row_axis), "data")
+    sharding = NamedSharding(mesh, spec)
     n, i = jax.process_count(), jax.process_index()
 
     def one(x):
-        rows = x.shape[0] // n
-        return jax.make_array_from_process_local_data(
-            sharding, x[i * rows : (i + 1) * rows], x.shape
-        )
+        x = np.asarray(x)
+        rows = x.shape[row_axis] // n
+        local = np.take(x, np.arange(i * rows, (i + 1) * rows), axis=row_axis)
+        return jax.make_array_from_process_local_data(sharding, local, x.shape)
 
     return {k: one(v) for k, v in batch.items()}

@@ -90,7 +90,8 @@ def token_losses(logits_BTV, targets_BT, mask_BT, label_smoothing):
 
     Label smoothing mixes the one-hot target with the uniform one: q = (1 - eps) onehot + eps / V.
     """
-    logp_BTV = jax.nn.log_softmax(logits_BTV.astype(jnp.float32))
+    # at least float32 (bf16 logits are upcast; float64 stays float64)
+    logp_BTV = jax.nn.log_softmax(logits_BTV.astype(jnp.promote_types(logits_BTV.dtype, jnp.float32)))
     nll_BT = -jnp.take_along_axis(logp_BTV, targets_BT[..., None], axis=-1)[..., 0]
     smooth_BT = (1.0 - label_smoothing) * nll_BT - label_smoothing * logp_BTV.mean(-1)
     w_BT = mask_BT.astype(jnp.float32)
@@ -153,6 +154,11 @@ def train_step(spec: StepSpec, state: TrainState, batch: dict) -> tuple[TrainSta
         "tokens": sums["tokens"],
     }
     return new_state, metrics
+
+
+def vmapped_train_step(spec: StepSpec, states: TrainState, batches: dict):
+    """train_step over a leading run axis of states and batches (runs that share shapes)."""
+    return jax.vmap(lambda state, batch: train_step(spec, state, batch))(states, batches)
 
 
 def eval_step(graphdef, task: str, params, consts, batch: dict) -> dict:

@@ -7,8 +7,8 @@ import os
 from tqdm.auto import tqdm
 
 from normjax.train import records
-from normjax.train.config_io import ConfigError, RunConfig, _as_dict, parse, set_path
-from normjax.train.loop import run_job
+from normjax.train.config_io import ConfigError, RunConfig, _as_dict, parse, set_path, shape_key
+from normjax.train.loop import run_group, run_job
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,35 +74,30 @@ def summarize(runs: list[SweepRun], workdir: str) -> dict:
     return {"runs": out}
 
 
-def run_sweep(
-    runs: list[SweepRun],
-    workdir: str,
-    shard: tuple[int, int] = (0, 1),
-    *,
-    progress: bool = True,
-    mesh=None,
-) -> dict:
-    """Runs runs[i::n] one after another (finished runs are skipped, unfinished ones resume),
-    keeping DIR/sweep.json up to date. Runs that share shapes share one compiled step (see
-    loop.compiled).
+def run_sweep(runs: list[SweepRun], workdir: str, shard: tuple[int, int] = (0, 1), *,
+              vmap: bool = False, progress: bool = True, mesh=None) -> dict:
+    """Runs runs[i::n] (finished runs are skipped, unfinished ones resume), keeping DIR/sweep.json
+    up to date. Runs that share shapes share one compiled step; with `vmap` they also train in
+    lockstep as one vmapped step (slower than one after another on a small CPU).
 
     Returns:
       The final sweep.json content (all runs of the grid, including other shards' finished ones).
     """
     i, n = shard
-    mine = runs[i::n]
+    groups: dict[str, list[SweepRun]] = {}
+    for r in runs[i::n]:
+        groups.setdefault(shape_key(r.run) if vmap else r.name, []).append(r)
     os.makedirs(workdir, exist_ok=True)
-    bar = tqdm(mine, desc=f"sweep {i}/{n}", position=0, disable=not progress, dynamic_ncols=True)
-    for r in bar:
-        bar.set_postfix_str(r.name)
-        run_job(
-            r.run,
-            os.path.join(workdir, r.name),
-            mesh=mesh,
-            progress=progress,
-            desc=r.name,
-            position=1,
-        )
+    bar = tqdm(groups.values(), desc=f"sweep {i}/{n}", position=0, disable=not progress,
+               dynamic_ncols=True)
+    for group in bar:
+        names = ", ".join(r.name for r in group)
+        bar.set_postfix_str(names)
+        items = [(r.run, os.path.join(workdir, r.name)) for r in group]
+        if len(group) == 1:
+            run_job(*items[0], mesh=mesh, progress=progress, desc=names, position=1)
+        else:
+            run_group(items, mesh=mesh, progress=progress, desc=f"{len(group)} runs", position=1)
         records.write_json(os.path.join(workdir, "sweep.json"), summarize(runs, workdir))
     result = summarize(runs, workdir)
     records.write_json(os.path.join(workdir, "sweep.json"), result)

@@ -11,8 +11,8 @@ from normjax.train.config_io import parse
 from normjax.train.loop import run_job
 
 
-def test_tiny_run_lowers_the_loss(tmp_path, tiny):
-    summary = run_job(parse(tiny()), str(tmp_path), progress=False)
+def test_tiny_run_lowers_the_loss_and_logs_diagnostics(tmp_path, tiny):
+    summary = run_job(parse(tiny(train__diag_every=20)), str(tmp_path), progress=False)
     log = records.read_jsonl(str(tmp_path / "metrics.jsonl"))
     assert summary["outcome"] == "ok" and summary["steps"] == 40
     assert [r["step"] for r in log] == [0, 10, 20, 30, 40]
@@ -21,6 +21,10 @@ def test_tiny_run_lowers_the_loss(tmp_path, tiny):
         "vocab_size"])
     assert final < initial - 1.0
     assert 0 <= summary["final"]["valid/bleu"] <= 100
+    for stack in ("encoder", "decoder"):  # diagnostics at steps 0 and 20, one value per layer
+        for r in log[0], log[2]:
+            (grad,), (ffn,) = r[f"diag/grad_norm/{stack}"], r[f"diag/ffn_grad_norm/{stack}"]
+            assert 0 < ffn < grad and r[f"diag/norm_input_rms/{stack}"] > 0
     assert sorted(os.listdir(tmp_path)) == ["checkpoints", "config.json", "metrics.jsonl", "summary.json"]
     mtime = os.path.getmtime(tmp_path / "metrics.jsonl")
     assert run_job(parse(tiny()), str(tmp_path), progress=False) == summary  # finished: skipped
@@ -44,13 +48,14 @@ def test_divergence_needs_consecutive_bad_steps_and_stops_at_the_next_check(tmp_
     assert log[-1]["step"] == 5 and np.isfinite(log[-1]["train/loss"])
 
 
-def test_diagnostics_are_logged_per_layer(tmp_path, tiny):
-    config = tiny(train__diag_every=20, model__num_layers=2, train__num_steps=20)
-    run_job(parse(config), str(tmp_path), progress=False)
-    first = records.read_jsonl(str(tmp_path / "metrics.jsonl"))[0]
-    for stack in ("encoder", "decoder"):
-        per_layer = first[f"diag/grad_norm/{stack}"]
-        assert len(per_layer) == 2 and all(g > 0 for g in per_layer)
-        assert all(0 < f <= g for f, g in zip(first[f"diag/ffn_grad_norm/{stack}"], per_layer,
-                                               strict=True))
-        assert first[f"diag/norm_input_rms/{stack}"] > 0
+def test_byte_level_decoder_lm_trains(tmp_path, tiny):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(6):
+        (corpus / f"f{i}.py").write_text("def f(x):\n    return x + 1\n" * 40)
+    config = tiny(model__arch="decoder", data__task="bytes_lm", data__path=str(corpus),
+                  data__seq_len=16, train__num_steps=20, train__eval_every=20)
+    summary = run_job(parse(config), str(tmp_path / "run"), progress=False)
+    log = records.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
+    assert summary["outcome"] == "ok" and "valid/bleu" not in summary["final"]
+    assert summary["final"]["valid/nll"] < log[0]["valid/nll"] - 1.0

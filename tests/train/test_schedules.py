@@ -16,7 +16,7 @@ def hp(**kw):
 
 
 def lr_at(kind, steps, **kw):
-    return np.array([float(learning_rate(kind, s, hp(**kw))) for s in steps])
+    return np.asarray(learning_rate(kind, np.asarray(steps, np.float32), hp(**kw)), np.float64)
 
 
 def test_inverse_sqrt_peak_continuity_and_tail():
