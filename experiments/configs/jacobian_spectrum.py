@@ -1,0 +1,33 @@
+"""jacobian_spectrum presets.
+
+  python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_spectrum.py:quick --workdir=results
+"""
+
+import ml_collections
+
+from experiments.common import preset
+
+
+def _base():
+    c = ml_collections.ConfigDict()
+    c.placements = ("post", "pre", "rezero", "deepnorm", "admin")
+    c.depths = (4, 12, 64)
+    c.vocab_size = 256
+    c.d_model, c.num_heads, c.d_ff = 32, 4, 128
+    c.seq_len = 8  # one sequence: the Jacobians are (seq_len * d_model) square
+    c.num_seeds = 2
+    c.exact_max_n = 4096  # exact spectra (all singular values) up to this n, matrix-free top-k above
+    c.top_k = 32
+    c.resolution = 1e-12  # singular values below this times the largest are beyond float64's reach
+    return c
+
+
+def _paper():
+    c = _base()
+    c.d_model, c.num_heads, c.d_ff, c.seq_len = 512, 8, 2048, 16  # n = 8192: matrix-free
+    c.num_seeds = 3
+    return c
+
+
+def get_config(arg: str = "quick"):
+    return preset(arg, {"quick": _base, "paper": _paper})

@@ -1,0 +1,16 @@
+"""Input-output Jacobian spectra and per-block norms at init (claims R1, R2, S3, S7).
+
+  python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_spectrum.py:quick --workdir=results
+"""
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # hundreds of small SVDs: threads only contend
+
+from experiments import common  # noqa: E402
+from normjax.studies import jacobian_spectrum  # noqa: E402
+
+_CONFIG = common.define_config("jacobian_spectrum")
+
+if __name__ == "__main__":
+    common.run_main("jacobian_spectrum", _CONFIG, jacobian_spectrum)
