@@ -96,7 +96,7 @@ def token_blocks(f, x_TD, *, mode: str = "fwd", chunk_size: int | None = None) -
       mode, chunk_size: as in `jacobian`.
 
     Returns:
-      J_SsTtD'D of shape (T', T, D', D) with [t, s] = d y_t / d x_s, a (D', D) block. Same cost as
+      An array of shape (T', T, D', D) whose [t, s] is the (D', D) block d y_t / d x_s. Same cost as
       `jacobian`.
     """
     if jnp.ndim(x_TD) != 2:

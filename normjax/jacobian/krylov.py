@@ -95,7 +95,7 @@ def _ritz(alpha_K, beta_K, j, k):
     idx_K = jnp.arange(alpha_K.size)
     beta_K = jnp.where(idx_K < j, beta_K, 0)  # beta_j couples to the next, not yet built, column
     B_KK = jnp.diag(alpha_K) + jnp.diag(beta_K[:-1], 1)
-    P_KK, theta_K, _ = jnp.linalg.svd(B_KK)
+    P_KK, theta_K, _ = jnp.linalg.svd(B_KK, full_matrices=False)
     return theta_K[:k], P_KK[j, :k]
 
 

@@ -4,7 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import normjax
-from normjax.jacobian import spectral
+from normjax.jacobian import exact, spectral
+from normjax.jacobian.probes import run_probe
 
 
 def one_sequence(inputs, masks, index: int):
@@ -22,7 +23,7 @@ def sublayer_names(model, stack: str) -> tuple[str, ...]:
 def _streams_and_contexts(model, inputs, masks, sequence, stacks):
     """{stack: ([x_0 .. x_L] each (T, D), BlockContext)} for one sequence."""
     inputs, masks = one_sequence(inputs, masks, sequence)
-    _, probes = normjax.probe(model, *inputs, **masks)
+    probes = run_probe(model, inputs, masks)
     stacks = normjax.stack_names(model) if stacks is None else stacks
     return {stack: ([x[0] for x in probes[stack].streams],
                     normjax.block_context(model, *inputs, stack=stack, **masks))
@@ -89,7 +90,8 @@ def jacobian_summary(f, x, *, method: str = "auto", num_probes: int = 64,
 
 
 def end_to_end_jacobians(model, *inputs, sequence: int = 0, stacks=None, method: str = "auto",
-                         num_probes: int = 64, top_k: int = 32, key=None, **masks) -> dict:
+                         num_probes: int = 64, top_k: int = 32, key=None,
+                         return_io_jacobian: bool = False, **masks) -> dict:
     """Norms of d x_L / d x_l for every l, and the singular values of d x_L / d x_0.
 
     x_L is the stream leaving the last block (before any final norm), on one sequence (n = T d).
@@ -99,17 +101,21 @@ def end_to_end_jacobians(model, *inputs, sequence: int = 0, stacks=None, method:
 
     Returns:
       {stack: {"spectral": (L,), "frobenius_sq": (L,), "frobenius_sq_stderr": (L,),
-      "io_singular_values": (n,) or (top_k,), "exact": bool}}, index l meaning d x_L / d x_l.
+      "io_singular_values": (n,) or (top_k,), "exact": bool}}, index l meaning d x_L / d x_l;
+      with `return_io_jacobian`, also "io_jacobian": d x_L / d x_0 as an (n, n) array (n^2
+      entries; when the spectrum was exact it reuses that compiled program).
     """
     keys = ("spectral", "frobenius_sq", "frobenius_sq_stderr")
     out = {}
     for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence,
                                                        stacks).items():
-        rows = []
-        for i in range(normjax.num_blocks(model, stack)):
-            f = normjax.stack_fn(model, start=i, stack=stack, context=ctx)
-            rows.append(jacobian_summary(f, streams[i], method=method, num_probes=num_probes,
-                                         top_k=top_k if i == 0 else None, key=key))
+        fns = [normjax.stack_fn(model, start=i, stack=stack, context=ctx)
+               for i in range(normjax.num_blocks(model, stack))]
+        rows = [jacobian_summary(f, streams[i], method=method, num_probes=num_probes,
+                                 top_k=top_k if i == 0 else None, key=key)
+                for i, f in enumerate(fns)]
         out[stack] = {k: np.array([r[k] for r in rows]) for k in keys} | {
             "io_singular_values": rows[0]["singular_values"], "exact": rows[0]["exact"]}
+        if return_io_jacobian:
+            out[stack]["io_jacobian"] = np.asarray(exact.jacobian(fns[0], streams[0]))
     return out

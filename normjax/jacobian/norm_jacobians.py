@@ -1,7 +1,7 @@
 """Closed-form Jacobians of LayerNorm, RMSNorm and DyT, and their spectral norms.
 
 All functions act on the last axis of z (size d) and broadcast over leading axes, e.g. z_BTD gives
-per-token results of shape (B, T, d, d) or (B, T).
+per-token results of shape (B, T, d, d) or (B, T). They are jit-compiled (once per input shape).
 """
 
 from typing import NamedTuple
@@ -35,16 +35,19 @@ def _outer(a, b):
     return a[..., :, None] * b[..., None, :]
 
 
+@jax.jit
 def layernorm_sigma(z, eps: float = 1e-5) -> jax.Array:
     """LayerNorm's denominator sigma = sqrt(var(z) + eps) over the last axis; shape z.shape[:-1]."""
     return jnp.sqrt(jnp.var(z, axis=-1) + eps)
 
 
+@jax.jit
 def rmsnorm_rms(z, eps: float = 1e-5) -> jax.Array:
     """RMSNorm's denominator r = sqrt(mean(z^2) + eps) over the last axis; shape z.shape[:-1]."""
     return jnp.sqrt(jnp.mean(jnp.square(z), axis=-1) + eps)
 
 
+@jax.jit
 def layernorm_jacobian(z, scale=None, eps: float = 1e-5) -> jax.Array:
     """Jacobian of y = gamma * (z - mean) / sigma + beta, sigma = sqrt(var(z) + eps).
 
@@ -64,6 +67,7 @@ def layernorm_jacobian(z, scale=None, eps: float = 1e-5) -> jax.Array:
     return _scale(scale, z)[..., :, None] * P / sigma[..., None]
 
 
+@jax.jit
 def layernorm_jacobian_norm(z, scale=None, eps: float = 1e-5) -> ClosedFormNorm:
     """Closed-form ||dLN/dz||_2 per vector: max|gamma| lambda_max(P) / sigma.
 
@@ -81,6 +85,7 @@ def layernorm_jacobian_norm(z, scale=None, eps: float = 1e-5) -> ClosedFormNorm:
     return ClosedFormNorm(value, _is_constant(scale))
 
 
+@jax.jit
 def rmsnorm_jacobian(z, scale=None, eps: float = 1e-5) -> jax.Array:
     """Jacobian of y = gamma z / r, r = sqrt(mean(z^2) + eps): diag(gamma) (I - z z^T/(d r^2)) / r.
 
@@ -93,6 +98,7 @@ def rmsnorm_jacobian(z, scale=None, eps: float = 1e-5) -> jax.Array:
     return _scale(scale, z)[..., :, None] * P / r
 
 
+@jax.jit
 def rmsnorm_jacobian_norm(z, scale=None, eps: float = 1e-5) -> ClosedFormNorm:
     """Closed-form ||dRMSNorm/dz||_2 per vector: max|gamma| lambda_max(P) / r.
 
@@ -113,6 +119,7 @@ def _dyt_diag(z, alpha, scale):
     return _scale(scale, z) * alpha * (1 - jnp.tanh(alpha * z) ** 2)
 
 
+@jax.jit
 def dyt_jacobian(z, alpha, scale=None) -> jax.Array:
     """Jacobian of DyT y = gamma * tanh(alpha z) + beta: diag(gamma alpha (1 - tanh^2(alpha z))).
 
@@ -122,6 +129,7 @@ def dyt_jacobian(z, alpha, scale=None) -> jax.Array:
     return diag[..., :, None] * jnp.eye(diag.shape[-1], dtype=diag.dtype)
 
 
+@jax.jit
 def dyt_jacobian_norm(z, alpha, scale=None) -> ClosedFormNorm:
     """||dDyT/dz||_2 = max_i |gamma_i alpha (1 - tanh^2(alpha z_i))| per vector; always exact."""
     return ClosedFormNorm(jnp.max(jnp.abs(_dyt_diag(z, alpha, scale)), axis=-1), jnp.asarray(True))

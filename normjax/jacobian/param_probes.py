@@ -1,5 +1,7 @@
 """Parameter probes: per-layer gradient norms over many batches, output change under an update."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,19 +23,19 @@ def _by_name(per_layer: list[dict]) -> dict:
     return {name: np.array([layer.get(name, np.nan) for layer in per_layer]) for name in names}
 
 
-def grad_fn(model, loss_fn):
-    """A jitted (params, rest, batch) -> d loss / d params, and the split (params, rest).
+@functools.partial(jax.jit, static_argnames=("graphdef", "loss_fn"))
+def _grads(graphdef, loss_fn, params, rest, batch):
+    return jax.grad(lambda p: loss_fn(nnx.merge(graphdef, p, rest), batch))(params)
 
-    `loss_fn(model, batch) -> scalar` is called on the model rebuilt with `nnx.merge`, so one
-    compiled function serves every batch (of one shape).
+
+def grad_fn(model, loss_fn):
+    """A (params, rest, batch) -> d loss / d params function, and the split (params, rest).
+
+    `loss_fn(model, batch) -> scalar` is called on the model rebuilt with `nnx.merge`. The gradient
+    is compiled once per (model structure, loss_fn, batch shape) and reused by every batch and call.
     """
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-
-    @jax.jit
-    def grads(params, rest, batch):
-        return jax.grad(lambda p: loss_fn(nnx.merge(graphdef, p, rest), batch))(params)
-
-    return grads, params, rest
+    return functools.partial(_grads, graphdef, loss_fn), params, rest
 
 
 def grad_norms(model, loss_fn, batches, *, stacks=None) -> dict:
@@ -106,6 +108,16 @@ def perturbation(model, *, eps: float, kind: str = "random", key=None, loss_fn=N
     raise ValueError(f"kind must be 'random' or 'grad_sign', got {kind!r}.")
 
 
+@functools.partial(jax.jit, static_argnames=("graphdef", "target"))
+def _output(graphdef, target, params, rest, inputs, masks):
+    """The logits, or the last stack's final stream, of the model with these parameters."""
+    model = nnx.merge(graphdef, params, rest)
+    if target == "logits":
+        return model(*inputs, **masks)
+    last = normjax.stack_names(model)[-1]
+    return normjax.probe(model, *inputs, **masks)[1][last].streams[-1]
+
+
 def output_change(model, *inputs, eps: float = 1e-3, kind: str = "random", target="logits",
                   key=None, loss_fn=None, batch=None, **masks) -> dict:
     """||F(x, W) - F(x, W + dW)|| for a small update dW of all weights (see `perturbation`).
@@ -121,18 +133,9 @@ def output_change(model, *inputs, eps: float = 1e-3, kind: str = "random", targe
     if target not in ("logits", "stream"):
         raise ValueError(f"target must be 'logits' or 'stream', got {target!r}.")
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    last = normjax.stack_names(model)[-1]
-
-    @jax.jit
-    def output(p):
-        m = nnx.merge(graphdef, p, rest)
-        if target == "logits":
-            return m(*inputs, **masks)
-        return normjax.probe(m, *inputs, **masks)[1][last].streams[-1]
-
     dW = perturbation(model, eps=eps, kind=kind, key=key, loss_fn=loss_fn, batch=batch)
-    y0 = output(params)
-    dy = output(jax.tree.map(jnp.add, params, dW)) - y0
+    y0 = _output(graphdef, target, params, rest, inputs, masks)
+    dy = _output(graphdef, target, jax.tree.map(jnp.add, params, dW), rest, inputs, masks) - y0
     checks.raise_if_nonfinite(f"the {target} change", checks.count_nonfinite(dy), dy.size)
     return {"rms": float(jnp.sqrt(jnp.mean(dy**2))),
             "relative": float(jnp.linalg.norm(dy) / jnp.linalg.norm(y0)),

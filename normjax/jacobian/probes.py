@@ -4,6 +4,9 @@ Built only on the public model API (docs/model_api.md). Results are nested dicts
 floats, ready for `json.dump` after `tolist()`.
 """
 
+import dataclasses
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +14,24 @@ from flax import nnx
 
 import normjax
 from normjax.jacobian import norm_jacobians
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _probe(graphdef, state, inputs, masks):
+    _, probes = normjax.probe(nnx.merge(graphdef, state), *inputs, **masks)
+    return {stack: {f.name: getattr(sp, f.name) for f in dataclasses.fields(sp)}
+            for stack, sp in probes.items()}
+
+
+def run_probe(model, inputs, masks) -> dict:
+    """normjax.probe's {stack: StackProbes}, from a forward pass compiled once per model structure.
+
+    Same values as `normjax.probe(model, *inputs, **masks)[1]`; jit-compiled (with the model
+    state as an argument) because an eager forward compiles every operation on its own.
+    """
+    graphdef, state = nnx.split(model)
+    return {stack: normjax.StackProbes(**fields)
+            for stack, fields in _probe(graphdef, state, tuple(inputs), masks).items()}
 
 
 def token_mask(model, stack: str, inputs, masks) -> np.ndarray:
@@ -36,7 +57,7 @@ def stream_norms(model, *inputs, **masks) -> dict:
       {stack: {"mean": (L+1,), "std": (L+1,)}}: over real tokens of all sequences (Xiong et al.'s
       Lemma 2 quantity: about 1 + l/2 .. 1 + 3l/2 for Pre-LN at init, 3/2 at Post-LN norm inputs).
     """
-    _, probes = normjax.probe(model, *inputs, **masks)
+    probes = run_probe(model, inputs, masks)
     out = {}
     for stack, sp in probes.items():
         mask = token_mask(model, stack, inputs, masks)
@@ -107,7 +128,7 @@ def norm_sites(model, *inputs, **masks) -> dict:
       {"sigma": {mean, std, max}, "jac_norm": {mean, std, max}, "exact": bool, "scale_from": str}
       over real tokens; "exact" is False when jac_norm is an upper bound (non-constant gamma).
     """
-    _, probes = normjax.probe(model, *inputs, **masks)
+    probes = run_probe(model, inputs, masks)
     out = {}
     for stack in probes:
         mask = token_mask(model, stack, inputs, masks)
@@ -145,7 +166,7 @@ def check_ln_jacobian_autodiff(model, *inputs, num_tokens: int = 4, **masks) -> 
       {"max_rel_err": float, stack: {"layers": [{site: rel_err} per block], "final": rel_err or
       None}}, rel_err = max|J_closed - J_autodiff| / max|J_autodiff|.
     """
-    _, probes = normjax.probe(model, *inputs, **masks)
+    probes = run_probe(model, inputs, masks)
     out = {"max_rel_err": 0.0}
     for stack in probes:
         mask = token_mask(model, stack, inputs, masks)

@@ -2,11 +2,11 @@
 
 import dataclasses
 import functools
+import math
 import warnings
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from normjax.jacobian import checks, krylov
 from normjax.jacobian.exact import jacobian, validate
@@ -71,6 +71,11 @@ def resolve_method(method: str, in_size: int, out_size: int) -> str:
     return method
 
 
+def _output_size(f, x) -> int:
+    """f(x).size, from the abstract evaluation (no computation)."""
+    return math.prod(jax.eval_shape(f, x).shape)
+
+
 def _finish(values, info, tol, return_info):
     if not info.converged:
         warnings.warn(f"{info.method} stopped after {info.iterations} iterations with residual "
@@ -105,7 +110,7 @@ def singular_values(f, x, k: int | None = None, *, method: str = "auto",
       ValueError: bad arguments or non-finite x. FloatingPointError: non-finite f(x) or result.
     """
     x = validate(f, x)
-    out_size = int(np.prod(jax.eval_shape(f, x).shape))
+    out_size = _output_size(f, x)
     method = resolve_method(method, x.size, out_size)
     rank = min(x.size, out_size)
     if k is None and method != "exact":
@@ -170,6 +175,7 @@ def frobenius_norm_sq(f, x, *, method: str = "hutchinson", num_probes: int = 64,
       return_info: also return a `FrobeniusInfo`.
     """
     x = validate(f, x, chunk_size=chunk_size)
+    out_size = _output_size(f, x)
     if method == "exact":
         J_MN = jacobian(f, x, chunk_size=chunk_size)
         value, info = jnp.sum(J_MN**2), FrobeniusInfo("exact", 0, 0.0)
@@ -179,7 +185,7 @@ def frobenius_norm_sq(f, x, *, method: str = "hutchinson", num_probes: int = 64,
         key = jax.random.key(0) if key is None else key
         z_PN = krylov.random_vectors(key, (num_probes, x.size), x.dtype, "rademacher")
         value, stderr, bad_y = krylov.hutchinson(f, x, z_PN, chunk_size)
-        checks.raise_if_nonfinite("f(x)", bad_y, jax.eval_shape(f, x).size)
+        checks.raise_if_nonfinite("f(x)", bad_y, out_size)
         info = FrobeniusInfo("hutchinson", num_probes, float(stderr))
     else:
         raise ValueError(f"method must be 'hutchinson' or 'exact', got {method!r}.")

@@ -1,5 +1,7 @@
 """Closed-form LayerNorm / RMSNorm / DyT Jacobians and norms against autodiff and the SVD."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +22,7 @@ def dyt(z, gamma, alpha):
     return gamma * jnp.tanh(alpha * z) + 0.3
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def per_vector_autodiff(norm, z_BD, *params):
     return jax.vmap(jax.jacfwd(norm), in_axes=(0,) + (None,) * len(params))(z_BD, *params)
 

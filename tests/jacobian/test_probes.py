@@ -117,14 +117,15 @@ def test_output_change_is_first_order_in_eps_and_zero_at_zero(helpers):
 
 
 def test_grad_sign_update_decreases_the_loss(helpers):
-    model, batch = helpers.model(placement="pre"), helpers.tokens(length=4)
+    # Same model structure and shapes as the tests above: the compiled gradient is reused.
+    model, batch = helpers.model(placement="post"), helpers.tokens(length=4)
     dW = param_probes.perturbation(model, eps=1e-4, kind="grad_sign", loss_fn=lm_loss,
                                    batch=batch)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     moved = nnx.merge(graphdef, jax.tree.map(jnp.add, params, dW), rest)
     assert lm_loss(moved, batch) < lm_loss(model, batch)
-    out = param_probes.output_change(model, batch, eps=1e-4, kind="grad_sign", loss_fn=lm_loss,
-                                     batch=batch)
+    out = param_probes.output_change(model, helpers.tokens(), eps=1e-4, kind="grad_sign",
+                                     loss_fn=lm_loss, batch=batch, target="stream")
     assert out["relative"] > 0 and out["rms"] <= out["max"]
     with pytest.raises(ValueError, match="needs loss_fn"):
         param_probes.perturbation(model, eps=1e-4, kind="grad_sign")
