@@ -6,12 +6,12 @@ import sys
 import jax
 from absl import flags
 
-from normjax.train.config_io import ConfigError, _as_dict, default_config
+from normjax.train.config_io import ConfigError, as_dict, default_config
 
 
 def _check_override_keys(argv: list[str]) -> None:
     """Names an unknown `--config.section.key=...` override before absl applies it."""
-    defaults = _as_dict(default_config())
+    defaults = as_dict(default_config())
     for arg in argv[1:]:
         if not arg.startswith("--config."):
             continue

@@ -1,7 +1,6 @@
 """Experiment configs: defaults, validation into typed dataclasses, errors before any compute."""
 
 import dataclasses
-import json
 import math
 import os
 import types
@@ -12,96 +11,15 @@ import ml_collections
 from ml_collections import config_dict
 
 import normjax
+from normjax.train.config_schema import DataConfig, RunConfig, TrainConfig
 from normjax.train.data_text import IWSLT_FILES
-from normjax.train.optimizers import OPTIMIZERS
-from normjax.train.schedules import SCHEDULES
 
-TASKS = ("synthetic", "bytes_lm", "iwslt14")
 SECTIONS = ("model", "data", "train", "sweep")
 _TASK_ARCH = {"synthetic": "encoder_decoder", "iwslt14": "encoder_decoder", "bytes_lm": "decoder"}
 
 
 class ConfigError(ValueError):
     """An invalid config; the message names the key and, where there are any, the valid choices."""
-
-
-def _f(default, lo=None, hi=None, choices=None, lo_open=False):
-    """A dataclass field with its valid range / choices (checked by `_build`)."""
-    return dataclasses.field(
-        default=default, metadata=dict(lo=lo, hi=hi, choices=choices, lo_open=lo_open)
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    task: str = _f("synthetic", choices=TASKS)
-    path: str = (
-        ""  # iwslt14: folder of {train,valid,test}.{de,en}; bytes_lm: text folder ("" = stdlib)
-    )
-    max_len: int = _f(32, lo=2)  # longest sequence kept (eos included); the largest bucket
-    buckets: tuple = ()  # extra, smaller padded lengths (each its own compiled shape)
-    seq_len: int = _f(128, lo=2)  # bytes_lm chunk length
-    max_bytes: int = _f(4_000_000, lo=1)
-    suffix: str = ".py"
-    min_count: int = _f(1, lo=1)  # iwslt14 vocabulary
-    src_lang: str = "de"
-    tgt_lang: str = "en"
-    num_train: int = _f(50_000, lo=1)  # synthetic
-    num_valid: int = _f(500, lo=1)
-    num_test: int = _f(500, lo=1)
-    synthetic_seed: int = _f(0, lo=0)
-    valid_batches: int = _f(0, lo=0)  # 0 = the whole validation split
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    optimizer: str = _f("adam", choices=OPTIMIZERS)
-    b1: float = _f(0.9, lo=0.0, hi=1.0)
-    b2: float = _f(0.98, lo=0.0, hi=1.0)
-    eps: float = _f(1e-9, lo=0.0, lo_open=True)
-    momentum: float = _f(0.9, lo=0.0, hi=1.0)
-    nesterov: bool = False
-    weight_decay: float = _f(0.0, lo=0.0)
-    lr: float = _f(5e-4, lo=0.0, lo_open=True)
-    schedule: str = _f("inverse_sqrt", choices=SCHEDULES)
-    warmup_steps: int = _f(4000, lo=0)
-    warmup_init_lr: float = _f(0.0, lo=0.0)
-    end_lr: float = _f(0.0, lo=0.0)
-    noam_d_model: int = _f(0, lo=0)  # 0 = model.d_model
-    num_steps: int = _f(1000, lo=1)
-    batch_size: int = _f(32, lo=1)
-    max_tokens: int = _f(0, lo=0)  # > 0: token budget per batch instead of batch_size sequences
-    seed: int = _f(0, lo=0)
-    clip_norm: float = _f(0.0, lo=0.0)  # 0 = no clipping
-    label_smoothing: float = _f(0.1, lo=0.0, hi=1.0)
-    log_every: int = _f(10, lo=1)
-    eval_every: int = _f(500, lo=1)
-    bleu_examples: int = _f(
-        200, lo=0
-    )  # greedy-decoded valid sentences for the final BLEU (seq2seq)
-    checkpoint_every: int = _f(500, lo=1)
-    keep_checkpoints: int = _f(2, lo=1)
-    divergence_loss: float = _f(0.0, lo=0.0)  # 0 = 1.5 ln(vocab size)
-    divergence_patience: int = _f(20, lo=1)
-    divergence_check_every: int = _f(10, lo=1)
-    diag_every: int = _f(0, lo=0)  # 0 = no per-layer diagnostics
-    tensorboard: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """One validated job; `model` holds ModelConfig fields (vocab_size, max_len 0: from data)."""
-
-    model: dict
-    data: DataConfig
-    train: TrainConfig
-
-    def to_dict(self) -> dict:
-        return {
-            "model": dict(self.model),
-            "data": dataclasses.asdict(self.data),
-            "train": dataclasses.asdict(self.train),
-        }
 
 
 def _model_defaults() -> dict:
@@ -139,7 +57,7 @@ def default_config() -> ml_collections.ConfigDict:
     return config
 
 
-def _as_dict(config) -> dict:
+def as_dict(config) -> dict:
     if isinstance(config, ml_collections.ConfigDict):
         return config.to_dict()
     return {
@@ -193,7 +111,7 @@ def parse(config, num_devices: int = 1) -> RunConfig:
     Raises:
       ConfigError: naming the offending key (and the valid choices or keys).
     """
-    values = _as_dict(config)
+    values = as_dict(config)
     _check_keys("<top>", values, SECTIONS)
     data = _build(DataConfig, "data", values.get("data", {}))
     train = _build(TrainConfig, "train", values.get("train", {}))
@@ -277,7 +195,7 @@ def divergence_loss(train: TrainConfig, vocab_size: int) -> float:
 def set_path(values: dict, dotted: str, value: Any) -> dict:
     """A copy of a nested config dict with `section.key` set; the key must exist."""
     section, _, key = dotted.partition(".")
-    defaults = _as_dict(default_config())
+    defaults = as_dict(default_config())
     if section not in SECTIONS[:3] or key not in defaults[section]:
         valid = [f"{s}.{k}" for s in SECTIONS[:3] for k in defaults[s]]
         raise ConfigError(f"unknown key config.{dotted}; valid keys: {', '.join(valid)}")
@@ -289,19 +207,3 @@ def set_path(values: dict, dotted: str, value: Any) -> dict:
 def sweep_axes(axes: dict) -> ml_collections.ConfigDict:
     """`config.sweep.axes` from {"section.key": [values, ...]} (dotted keys need this wrapper)."""
     return ml_collections.ConfigDict(dict(axes), allow_dotted_keys=True)
-
-
-# Train fields that are traced values of one compiled step (see steps.HPARAMS): runs differing only
-# in these share shapes. The seed also orders the data, so runs with different seeds see equal batch
-# shapes at every step only when there is a single bucket.
-TRACED = ("lr", "warmup_steps", "warmup_init_lr", "end_lr", "noam_d_model", "weight_decay",
-          "clip_norm", "label_smoothing", "divergence_loss", "divergence_patience", "seed")
-
-
-def shape_key(run: RunConfig) -> str:
-    """Runs with equal keys can be trained in lockstep by one vmapped step."""
-    values = run.to_dict()
-    one_shape = run.data.task == "bytes_lm" or set(run.data.buckets) <= {run.data.max_len}
-    traced = TRACED if one_shape else TRACED[:-1]
-    values["train"] = {k: v for k, v in values["train"].items() if k not in traced}
-    return json.dumps(values, sort_keys=True, default=str)

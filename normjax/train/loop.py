@@ -5,7 +5,8 @@ import jax.numpy as jnp
 from tqdm.auto import tqdm
 
 from normjax.train import sharding
-from normjax.train.config_io import RunConfig, shape_key
+from normjax.train.config_io import RunConfig
+from normjax.train.config_schema import shape_key
 from normjax.train.job import Job, compiled, finished_summary
 
 

@@ -7,7 +7,8 @@ import os
 from tqdm.auto import tqdm
 
 from normjax.train import records
-from normjax.train.config_io import ConfigError, RunConfig, _as_dict, parse, set_path, shape_key
+from normjax.train.config_io import ConfigError, RunConfig, as_dict, parse, set_path
+from normjax.train.config_schema import shape_key
 from normjax.train.loop import run_group, run_job
 
 
@@ -28,8 +29,12 @@ def expand(config, num_devices: int = 1) -> list[SweepRun]:
     Raises:
       ConfigError: for an unknown axis key, an empty axis, or any invalid run (before any compute).
     """
-    values = _as_dict(config)
-    axes = dict(values.get("sweep", {}).get("axes", {}))
+    values = as_dict(config)
+    sweep = dict(values.get("sweep", {}))
+    unknown = sorted(set(sweep) - {"axes", "vmap"})
+    if unknown:
+        raise ConfigError(f"unknown key config.sweep.{unknown[0]}; valid keys: axes, vmap")
+    axes = dict(sweep.get("axes", {}))
     base = {k: v for k, v in values.items() if k != "sweep"}
     for key, options in axes.items():
         if not isinstance(options, list | tuple) or not options:

@@ -61,3 +61,18 @@ def test_shards_split_the_grid(tmp_path, tiny):
     assert [r["status"] for r in result["runs"]] == ["pending", "done", "pending"]
     result = run_sweep(runs, str(tmp_path), shard=(0, 2), progress=False)
     assert [r["status"] for r in result["runs"]] == ["done"] * 3
+
+
+def test_vmapped_sweep_trains_a_group_with_one_compiled_step(tmp_path, tiny):
+    axes = {"train.lr": [1e-3, 3e-3, 1e-2], "train.seed": [0, 1]}
+    config = _grid(tiny, axes, model__d_ff=40, train__num_steps=10, train__eval_every=10,
+                   train__bleu_examples=0, train__checkpoint_every=10)
+    runs = expand(config)
+    fns = compiled()
+    before = fns.vtrain._cache_size()
+    result = run_sweep(runs, str(tmp_path), vmap=True, progress=False)
+    assert fns.vtrain._cache_size() == before + 1  # one group of six runs: one vmapped step
+    assert [r["status"] for r in result["runs"]] == ["done"] * 6
+    assert len({r["summary"]["final"]["train/loss"] for r in result["runs"]}) == 6
+    first = records.read_jsonl(str(tmp_path / runs[0].name / "metrics.jsonl"))
+    assert [r["step"] for r in first] == [0, 10]
