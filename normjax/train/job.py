@@ -121,10 +121,11 @@ class Job:
                                       task.references, task.strip_bpe)
         return {"valid/bleu": decode.corpus_bleu(hyps, refs)}
 
-    def diagnostics(self, step: int) -> dict:
+    def diagnostics(self) -> dict:
+        """On the first validation batch: the same probe at every step, one compiled shape."""
         s = self.state
         out = self.fns.diag(self.spec.graphdef, self.task.kind, s.params, s.consts,
-                            self.device_batch(self.host_batch(step)))
+                            self.device_batch(self.task.valid.batch(0)))
         return {f"diag/{k}": v for k, v in jax.device_get(out).items()}
 
     def record(self, step: int, pending: list) -> dict:
@@ -140,7 +141,7 @@ class Job:
         if step == t.num_steps and self.task.bleu is not None:
             rec |= self.bleu()
         if t.diag_every and step % t.diag_every == 0 and step < t.num_steps:
-            rec |= self.diagnostics(step)
+            rec |= self.diagnostics()
         if len(rec) > 1 and self.main:
             self.log.append(rec)
         self.last = rec if len(rec) > 1 else self.last
