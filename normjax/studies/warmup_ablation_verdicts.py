@@ -30,9 +30,9 @@ def warmup_sensitivity(results: dict) -> dict:
                 status[placement] = None
                 continue
             status[placement] = _trains(no_warmup, min(finals))
+            nll = no_warmup["final_valid_nll"]
             detail.append(f"{placement} lr {lr:g} no warmup: {no_warmup['outcome']}, nll "
-                          f"{no_warmup['final_valid_nll'] if no_warmup['final_valid_nll'] is None else round(no_warmup['final_valid_nll'], 2)}"
-                          f" vs best {min(finals):.2f}")
+                          f"{'-' if nll is None else f'{nll:.2f}'} vs best {min(finals):.2f}")
         if status.get("post") is False and status.get("pre") is True:
             shown.append(lr)
     if shown and len(shown) == len(lrs):
