@@ -39,7 +39,10 @@ def parse_flags(argv: list[str]) -> list[str]:
         try:
             return flags.FLAGS(argv)
         except flags.Error as e:
-            raise ConfigError(str(e)) from None
+            lines = [line for line in str(e).splitlines() if line.strip()]
+            if any(line.startswith("Traceback") for line in lines):  # an error inside get_config
+                lines = [lines[0], lines[-1]]
+            raise ConfigError(" ".join(lines)) from None
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"bad --config override: {e}") from None
 

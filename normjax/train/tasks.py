@@ -3,6 +3,8 @@
 import dataclasses
 import functools
 
+from absl import logging
+
 from normjax.train import data_text
 from normjax.train.batching import BatchSpec, LMBatches, Seq2SeqBatches
 from normjax.train.config_io import DataConfig
@@ -61,10 +63,15 @@ def load_task(data: DataConfig, batch: BatchSpec, seed: int, bleu_examples: int 
     bleu = None
     if bleu_examples:
         bleu = Seq2SeqBatches(splits["valid"][:bleu_examples], batch, shuffle=False)
+    train = Seq2SeqBatches(splits["train"], batch, seed)
+    for name, split in (("train", train), ("valid", valid)):
+        if split.num_dropped:
+            logging.warning("data: %d of %d %s pairs are empty or longer than data.max_len=%d; "
+                            "skipped", split.num_dropped, len(splits[name]), name, data.max_len)
     return Task(
         kind="seq2seq",
         vocab=vocab,
-        train=Seq2SeqBatches(splits["train"], batch, seed),
+        train=train,
         valid=valid,
         bleu=bleu,
         references=None if refs is None else refs["valid"],
