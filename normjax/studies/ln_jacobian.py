@@ -128,6 +128,19 @@ def _lemma2_sigma(ax, bounds, quantity: str):
                     color="grey", alpha=0.2, label="Lemma 2: Pre-LN x_l")
 
 
+def _tick_label(value, _) -> str:
+    """Plain numbers ('0.2', '1.5', ...) at 1, 1.5, 2, 3, 5 and 7 times a power of ten."""
+    leading = value / 10 ** np.floor(np.log10(value)) if value > 0 else 0
+    return f"{value:g}" if np.isclose(leading, [1, 1.5, 2, 3, 5, 7], rtol=1e-6).any() else ""
+
+
+def plain_log_ticks(ax, axis: str = "y") -> None:
+    """Plain tick labels on a log axis instead of 2 x 10^-1 (shared by this study's siblings)."""
+    target = getattr(ax, f"{axis}axis")
+    target.set_major_formatter(ticker.FuncFormatter(_tick_label))
+    target.set_minor_formatter(ticker.FuncFormatter(_tick_label))
+
+
 def plot(results: dict, study) -> list[str]:
     settings = list(results["runs"])
     paths = []
@@ -152,8 +165,7 @@ def plot(results: dict, study) -> list[str]:
             if setting == "theory":
                 _lemma2_sigma(ax, results["bounds"], quantity)
             ax.set(title=f"{setting} setting, init", xlabel="layer l", ylabel=ylabel, yscale="log")
-            ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-            ax.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%g"))
+            plain_log_ticks(ax)
             ax.legend(fontsize=6, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
         paths += plotting.save(fig, study.figure_stem(f"ln_{quantity}"))
     return paths

@@ -1,0 +1,33 @@
+"""grad_norms_at_init presets.
+
+  python -m experiments.grad_norms_at_init --config=experiments/configs/grad_norms_at_init.py:quick
+"""
+
+import ml_collections
+
+from experiments.common import preset
+
+
+def _base():
+    c = ml_collections.ConfigDict()
+    c.archs = ("encoder_decoder", "encoder")  # Xiong et al.'s 6-6 model (Fig. 3), an encoder
+    c.placements = ("post", "pre", "mixln")
+    c.vocab_size = 1000
+    c.d_model, c.num_heads, c.d_ff = 128, 4, 512
+    c.num_layers = 6
+    c.batch_size, c.seq_len = 8, 32
+    c.num_batches = 24  # ||E[grad]|| over this many batches per seed (the paper: 100)
+    c.num_seeds = 2
+    return c
+
+
+def _paper():
+    c = _base()
+    c.placements = ("post", "pre", "mixln", "deepnorm", "admin")
+    c.vocab_size, c.d_model, c.num_heads, c.d_ff = 10000, 512, 4, 1024  # IWSLT model (X8)
+    c.batch_size, c.seq_len, c.num_batches, c.num_seeds = 32, 64, 100, 5
+    return c
+
+
+def get_config(arg: str = "quick"):
+    return preset(arg, {"quick": _base, "paper": _paper})

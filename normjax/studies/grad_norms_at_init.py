@@ -1,0 +1,108 @@
+"""grad_norms_at_init: per-layer FFN weight-gradient norms at init (X6, L3, R5, S1, S3)."""
+
+from __future__ import annotations
+
+import numpy as np
+from flax import nnx
+from tqdm import tqdm
+
+import normjax
+from normjax import plotting
+from normjax.io import to_jsonable
+from normjax.jacobian import fits
+from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
+from normjax.studies.grad_norms_at_init_verdicts import verdicts
+from normjax.studies.ln_jacobian import plain_log_ticks
+
+METRICS = ("norm_of_mean", "mean_of_norms")
+TITLES = {"encoder_decoder": "enc-dec", "encoder": "encoder-only", "decoder": "decoder-only"}
+
+
+def model_config(config, arch: str, placement: str) -> normjax.ModelConfig:
+    return normjax.ModelConfig(
+        arch=arch, vocab_size=config.vocab_size, d_model=config.d_model,
+        num_heads=config.num_heads, d_ff=config.d_ff, num_layers=config.num_layers,
+        placement=placement, max_len=max(config.seq_len, 8))
+
+
+def measure(config, arch: str, placement: str, seed: int) -> dict:
+    model = normjax.Transformer(model_config(config, arch, placement), rngs=nnx.Rngs(seed))
+    task = CopyTask(arch, config.batch_size, config.seq_len, config.vocab_size)
+    return ffn_grad_norms(model, task, config.num_batches, seed=1000 + seed)
+
+
+def layer_slope(values_SL) -> dict:
+    """Fit ln ||grad|| = a + slope * l over every seed's layers; slope per layer with its stderr."""
+    values_SL = np.asarray(values_SL, float)
+    layers_SL = np.broadcast_to(np.arange(values_SL.shape[1]), values_SL.shape)
+    fit = fits.linear_fit(layers_SL, np.log(values_SL))
+    mean_L = values_SL.mean(0)
+    return fit.to_dict() | {"max_over_min": float(mean_L.max() / mean_L.min()),
+                            "first_over_last": float(mean_L[0] / mean_L[-1])}
+
+
+def _aggregate(runs: list[dict]) -> dict:
+    """{stack: {name: {metric: {"mean", "std", "fit"}}}} over seeds."""
+    out = {}
+    for stack, names in runs[0].items():
+        for name in names:
+            for metric in METRICS:
+                values_SL = np.array([r[stack][name][metric] for r in runs])
+                out.setdefault(stack, {}).setdefault(name, {})[metric] = {
+                    "mean": values_SL.mean(0), "std": values_SL.std(0),
+                    "fit": layer_slope(values_SL)}
+    return out
+
+
+def compute(config, study) -> dict:
+    jobs = [(a, p) for a in config.archs for p in config.placements]
+    results = {"runs": {}, "num_batches": config.num_batches, "num_seeds": config.num_seeds}
+    for arch, placement in tqdm(jobs, desc="grad_norms_at_init", unit="model"):
+        runs = [study.cached(f"{arch}-{placement}-{seed}",
+                             lambda s=seed, a=arch, p=placement: measure(config, a, p, s))
+                for seed in range(config.num_seeds)]
+        results["runs"].setdefault(arch, {})[placement] = _aggregate(runs)
+    results["verdicts"] = verdicts(to_jsonable(results))
+    return results
+
+
+def panels(results: dict) -> list[tuple[str, str]]:
+    """(arch, stack) of every stack measured: seq2seq decoder, seq2seq encoder, then the others."""
+    cells = [(arch, stack) for arch, by_p in results["runs"].items()
+             for stack in next(iter(by_p.values()))]
+    return sorted(cells, key=lambda c: (c[0] != "encoder_decoder", c[1] != "decoder"))
+
+
+def placements_in_order(by_placement: dict) -> list[str]:
+    """The placements of a run in the house order (post, pre, ...), not JSON's sorted keys."""
+    order = list(plotting.PLACEMENT_COLORS)
+    return sorted(by_placement, key=lambda p: order.index(p) if p in order else len(order))
+
+
+def plot(results: dict, study) -> list[str]:
+    paths = []
+    for name in FFN_KERNELS:
+        cells = panels(results)
+        fig, axes = plotting.figure(ncols=len(cells), width=3.6, height=3.4)
+        for ax, (arch, stack) in zip(axes, cells, strict=True):
+            for placement in placements_in_order(results["runs"][arch]):
+                agg, c = results["runs"][arch][placement], plotting.color(placement)
+                for metric, style in zip(METRICS, ("-", ":"), strict=True):
+                    m = agg[stack][name][metric]
+                    mean, std = np.array(m["mean"], float), np.array(m["std"], float)
+                    l = np.arange(len(mean))
+                    label = (f"{placement} (slope {m['fit']['slope']:+.2f}/layer)"
+                             if metric == "norm_of_mean" else None)
+                    ax.plot(l, mean, style, marker="o" if style == "-" else None, ms=3, color=c,
+                            label=label)
+                    if metric == "norm_of_mean":
+                        ax.fill_between(l, mean - std, mean + std, color=c, alpha=0.15)
+            ax.set(title=f"{TITLES[arch]} ({len(mean)} layers): {stack}", xlabel="layer l",
+                   yscale="log", ylabel=f"gradient norm of {name} in layer l")
+            plain_log_ticks(ax)
+            ax.legend(fontsize=6)
+        fig.suptitle(rf"init, copy task: $\|E[\nabla W]\|$ over {results['num_batches']} batches "
+                     rf"(solid, $\pm$ std over {results['num_seeds']} seeds), "
+                     rf"$E\|\nabla W\|$ (dotted)", fontsize=9)
+        paths += plotting.save(fig, study.figure_stem(f"grad_{name.split('/')[1]}"))
+    return paths
