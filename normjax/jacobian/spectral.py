@@ -123,7 +123,8 @@ def singular_values(f, x, k: int | None = None, *, method: str = "auto",
     tol = default_tol(x.dtype) if tol is None else tol
     key = jax.random.key(0) if key is None else key
     if method == "exact":
-        s_K = _top_singular_values(jacobian(f, x), k)
+        mode = "fwd" if x.size <= out_size else "rev"  # the cheaper of N JVPs and M VJPs
+        s_K = _top_singular_values(jacobian(f, x, mode=mode), k)
         info = SpectralInfo("exact", 0, 0.0, True)
     else:
         v0_N = krylov.random_vectors(key, (x.size,), x.dtype)
@@ -154,6 +155,9 @@ def spectral_norm(f, x, *, method: str = "auto", num_iters: int | None = None,
     J^T J (one JVP + one VJP per step) until the relative change of the estimate is <= tol; it
     converges like (sigma_2 / sigma_1)^(2 i), so with a small gap its error can exceed tol: prefer
     "lanczos" (a rigorous residual bound, far fewer steps) when accuracy matters.
+
+    Returns:
+      A scalar array, and the `SpectralInfo` if `return_info`.
     """
     out = singular_values(f, x, 1, method=method, num_iters=num_iters, tol=tol, key=key,
                           return_info=return_info)
