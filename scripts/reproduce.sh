@@ -19,7 +19,11 @@ for i in "${!experiments[@]}"; do
     continue
   fi
   echo "[$((i + 1))/$n] $name ($preset preset, $(( $(date +%s) - start )) s elapsed)"
-  python -m "experiments.$name" --config="experiments/configs/$name.py:$preset" --workdir="$workdir"
+  if [ "$name" = warmup_ablation ]; then  # its --workdir is the sweep folder itself
+    python -m "experiments.$name" --config="experiments/configs/$name.py:$preset" --workdir="$workdir/$name"
+  else
+    python -m "experiments.$name" --config="experiments/configs/$name.py:$preset" --workdir="$workdir"
+  fi
 done
 python scripts/report.py --workdir="$workdir"
 echo "Done in $(( $(date +%s) - start )) s. Report: $workdir/REPORT.md (figures beside it)."

@@ -35,8 +35,8 @@ class StudyDir:
     otherwise it is recomputed (partial results included).
     """
 
-    def __init__(self, workdir: str, name: str, config: dict, code: str = ""):
-        self.name, self.path = name, os.path.join(workdir, name)
+    def __init__(self, workdir: str, name: str, config: dict, code: str = "", folder: str | None = None):
+        self.name, self.path = name, folder or os.path.join(workdir, name)
         self.config = to_jsonable(config) | {"_code": code}
         self.results_path = os.path.join(self.path, "results.json")
         self._partial = os.path.join(self.path, "partial")
@@ -84,14 +84,15 @@ class StudyDir:
 
 
 def run_study(name: str, workdir: str, config, compute: Callable, plot: Callable,
-              force: bool = False) -> dict:
+              force: bool = False, folder: str | None = None) -> dict:
     """Run compute(config, study_dir) -> results and plot(results, study_dir) -> figure paths.
 
-    Skips the work when WORKDIR/<name>/results.json holds the same config (unless `force`); a rerun
-    after an interruption reuses the pieces compute() stored with `study_dir.cached`.
+    Skips the work when WORKDIR/<name>/results.json (or `folder`/results.json) holds the same config
+    (unless `force`); a rerun after an interruption reuses the pieces compute() stored with
+    `study_dir.cached`.
     """
     config_dict = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-    study = StudyDir(workdir, name, config_dict, code_fingerprint(compute))
+    study = StudyDir(workdir, name, config_dict, code_fingerprint(compute), folder)
     if not force and (saved := study.finished()) is not None:
         print(f"[{name}] already done: {study.results_path}")
         return saved

@@ -14,7 +14,7 @@ from normjax.train import records
 
 def run_grid(config, folder: str, shard: tuple[int, int] = (0, 1), progress: bool = True) -> dict:
     """Runs (a shard of) the sweep into `folder`; finished runs are skipped, unfinished ones resume."""
-    runs = train.expand(config, len(jax.devices()))
+    runs = train.expand(config, jax.device_count())
     return train.run_sweep(runs, folder, shard, vmap=config.sweep.vmap, progress=progress)
 
 
