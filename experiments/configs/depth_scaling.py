@@ -1,0 +1,33 @@
+"""depth_scaling presets.
+
+  python -m experiments.depth_scaling --config=experiments/configs/depth_scaling.py:quick
+"""
+
+import ml_collections
+
+from experiments.common import preset
+
+
+def _base():
+    c = ml_collections.ConfigDict()
+    c.placements = ("post", "pre")
+    c.settings = ("theory", "real")
+    c.depths = (6, 12, 24, 48)
+    c.vocab_size = 256
+    c.d_model, c.num_heads, c.d_ff = 64, 4, 256
+    c.batch_size, c.seq_len = 8, 16
+    c.num_batches = 4  # per seed; the slope's stderr comes from the seed scatter
+    c.num_seeds = 3
+    return c
+
+
+def _paper():
+    c = _base()
+    c.depths = (6, 12, 24, 48, 96, 192)
+    c.d_model, c.num_heads, c.d_ff = 512, 8, 2048
+    c.vocab_size, c.batch_size, c.seq_len, c.num_batches, c.num_seeds = 10000, 16, 64, 16, 5
+    return c
+
+
+def get_config(arg: str = "quick"):
+    return preset(arg, {"quick": _base, "paper": _paper})

@@ -1,0 +1,110 @@
+"""depth_scaling: the first and last layers' FFN weight gradients at init vs depth L (X5, S2)."""
+
+from __future__ import annotations
+
+import numpy as np
+from flax import nnx
+from matplotlib import ticker
+from tqdm import tqdm
+
+import normjax
+from normjax import plotting
+from normjax.io import to_jsonable
+from normjax.jacobian import fits
+from normjax.studies.depth_scaling_verdicts import S2_SLOPE, THEOREM1_SLOPE, verdicts
+from normjax.studies.grad_norms_at_init import placements_in_order
+from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
+from normjax.studies.ln_jacobian import plain_log_ticks
+
+WHERE = {"last": -1, "first": 0}  # which layer's FFN weights
+METRICS = ("mean_of_norms", "norm_of_mean")
+S2_STYLE = dict(color="grey", linestyle=":", linewidth=1.2)
+
+
+def model_config(config, setting: str, placement: str, num_layers: int) -> normjax.ModelConfig:
+    """An encoder of depth L, layers scanned so one compile per depth serves every seed."""
+    theory = setting == "theory"
+    return normjax.ModelConfig(
+        arch="encoder", vocab_size=config.vocab_size, d_model=config.d_model,
+        num_heads=1 if theory else config.num_heads, d_ff=config.d_ff, num_layers=num_layers,
+        placement=placement, theory=theory, scan_layers=True, max_len=max(config.seq_len, 8))
+
+
+def measure(config, setting: str, placement: str, num_layers: int, seed: int) -> dict:
+    """{where: {kernel: {metric: value}}} for the first and the last layer of one initialisation."""
+    cfg = model_config(config, setting, placement, num_layers)
+    model = normjax.Transformer(cfg, rngs=nnx.Rngs(seed))
+    task = CopyTask("encoder", config.batch_size, config.seq_len, config.vocab_size)
+    norms = ffn_grad_norms(model, task, config.num_batches, seed=1000 + seed)["encoder"]
+    return {where: {name: {metric: float(norms[name][metric][index]) for metric in METRICS}
+                    for name in FFN_KERNELS}
+            for where, index in WHERE.items()}
+
+
+def _aggregate(depths, runs_DS: list[list[dict]]) -> dict:
+    """values (D, S) per where/kernel/metric and a power-law fit over every (L, seed) point."""
+    out = {"depths": list(depths)}
+    for where in WHERE:
+        for name in FFN_KERNELS:
+            for metric in METRICS:
+                values_DS = np.array([[r[where][name][metric] for r in runs] for runs in runs_DS])
+                depths_DS = np.broadcast_to(np.array(depths)[:, None], values_DS.shape)
+                fit = fits.power_law_fit(depths_DS, values_DS)
+                out.setdefault(where, {}).setdefault(name, {})[metric] = {
+                    "values": values_DS, "fit": fit.to_dict()}
+    return out
+
+
+def compute(config, study) -> dict:
+    jobs = [(s, p, L) for s in config.settings for p in config.placements for L in config.depths]
+    results = {"runs": {}, "num_batches": config.num_batches, "num_seeds": config.num_seeds}
+    done = {}
+    for setting, placement, L in tqdm(jobs, desc="depth_scaling", unit="model"):
+        done.setdefault((setting, placement), []).append(
+            [study.cached(f"{setting}-{placement}-L{L}-{seed}",
+                          lambda s=seed, st=setting, p=placement, n=L: measure(config, st, p, n, s))
+             for seed in range(config.num_seeds)])
+    for (setting, placement), runs_DS in done.items():
+        results["runs"].setdefault(setting, {})[placement] = _aggregate(config.depths, runs_DS)
+    results["verdicts"] = verdicts(to_jsonable(results))
+    return results
+
+
+def _anchored(values_DS, depths, slope):
+    """A power law L^slope through the seed mean at the smallest depth."""
+    return values_DS[0].mean() * (depths / depths[0]) ** slope
+
+
+def plot(results: dict, study) -> list[str]:
+    settings = sorted(results["runs"], key=lambda s: s != "theory")
+    fig, axes = plotting.figure(ncols=len(settings), nrows=2, width=4.4, height=3.5)
+    name, metric = "ffn/fc2/kernel", "mean_of_norms"
+    for row, where in enumerate(WHERE):
+        for col, setting in enumerate(settings):
+            ax = axes[row * len(settings) + col]
+            by_p = results["runs"][setting]
+            for placement in placements_in_order(by_p):
+                agg, c = by_p[placement], plotting.color(placement)
+                depths = np.array(agg["depths"], float)
+                m = agg[where][name][metric]
+                values_DS = np.array(m["values"], float)
+                ax.plot(np.repeat(depths, values_DS.shape[1]), values_DS.ravel(), ".", color=c,
+                        alpha=0.5)
+                fit = m["fit"]
+                ax.plot(depths, fit["prefactor"] * depths ** fit["exponent"], color=c,
+                        label=f"{placement}: slope {fit['exponent']:+.2f} +- {fit['stderr']:.2f}")
+                if where == "last" and placement in THEOREM1_SLOPE:
+                    ax.plot(depths, _anchored(values_DS, depths, THEOREM1_SLOPE[placement]),
+                            **plotting.THEORY_STYLE)
+                if where == "last" and placement == "post":
+                    ax.plot(depths, _anchored(values_DS, depths, S2_SLOPE), **S2_STYLE)
+            if where == "last":
+                ax.plot([], [], **plotting.THEORY_STYLE, label="Theorem 1 slopes (0, -1/2)")
+                ax.plot([], [], **S2_STYLE, label="seed's S2: 1/L (Post-LN)")
+            ax.set(title=f"{where} layer's FFN W2 ({setting} setting)", xlabel="depth L",
+                   ylabel=r"$E\|\nabla W\|$ at init", xscale="log", yscale="log")
+            ax.set_xticks(depths, [f"{d:g}" for d in depths])
+            ax.xaxis.set_minor_locator(ticker.NullLocator())
+            plain_log_ticks(ax)
+            ax.legend(fontsize=7)
+    return plotting.save(fig, study.figure_stem("depth_scaling"))
