@@ -14,7 +14,7 @@ def require_float(name: str, x) -> jax.Array:
 
 
 def count_nonfinite(x: jax.Array) -> jax.Array:
-    """Number of NaN or infinite entries of `x` (a traced int32 scalar inside jit)."""
+    """Number of NaN or infinite entries of `x`, for use inside jit (an int32 scalar)."""
     return jnp.sum(~jnp.isfinite(x), dtype=jnp.int32)
 
 
@@ -31,8 +31,20 @@ def raise_if_nonfinite(what: str, count, size: int, error=FloatingPointError) ->
         raise error(f"{what} has {count} non-finite (NaN or inf) entries out of {size}.")
 
 
-def require_finite(name: str, x: jax.Array) -> None:
-    """Raises `ValueError` naming `name` when the (concrete) array `x` has NaN or inf entries."""
-    if isinstance(x, jax.core.Tracer):
+def check_finite(what: str, x, error=FloatingPointError) -> None:
+    """Raises `error` naming `what` when the concrete array (or pytree) `x` has NaN/inf entries.
+
+    Counted on the host with NumPy: an eager jnp reduction would compile once per shape. Tracers
+    are skipped, as in `raise_if_nonfinite`.
+    """
+    leaves = jax.tree.leaves(x)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
         return
-    raise_if_nonfinite(f"input {name}", count_nonfinite(x), x.size, error=ValueError)
+    arrays = [np.asarray(leaf) for leaf in leaves]
+    bad = sum(a.size - np.count_nonzero(np.isfinite(a)) for a in arrays)
+    raise_if_nonfinite(what, bad, sum(a.size for a in arrays), error)
+
+
+def require_finite(name: str, x) -> None:
+    """Raises `ValueError` naming the input `name` when `x` has NaN or inf entries."""
+    check_finite(f"input {name}", x, error=ValueError)

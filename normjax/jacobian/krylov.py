@@ -4,6 +4,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from normjax.jacobian import checks
 from normjax.jacobian.exact import flat_fn
@@ -21,16 +22,20 @@ def _unit(v):
     return v / jnp.linalg.norm(v)
 
 
-@functools.partial(jax.jit, static_argnames=("shape", "dtype", "kind"))
-def random_vectors(key, shape, dtype, kind="normal"):
-    """Gaussian or Rademacher draws, compiled once per shape rather than once per function f.
+def random_vectors(key, shape, dtype, kind: str = "normal") -> jax.Array:
+    """Gaussian or Rademacher draws from NumPy, seeded by the JAX `key`.
 
-    The random bits are generated outside the f-dependent programs below because threefry costs
-    about 0.3 s of XLA compile time per program on CPU.
+    Drawn on the host because a threefry draw costs ~0.3 s of XLA compilation per shape on CPU,
+    more than most of the matrix-free runs it starts.
     """
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    rng = np.random.default_rng(np.asarray(key, np.uint32).ravel())
     if kind == "rademacher":
-        return jax.random.rademacher(key, shape, dtype)
-    return jax.random.normal(key, shape, dtype)
+        draws = rng.integers(0, 2, size=shape) * 2 - 1
+    else:
+        draws = rng.standard_normal(size=shape)
+    return jnp.asarray(draws.astype(dtype))
 
 
 def _hash_vector(seed, n, dtype):
@@ -96,8 +101,9 @@ def _bidiagonal(alpha_K, beta_K, num_beta):
     return jnp.diag(alpha_K) + jnp.diag(beta_K[:-1], 1)
 
 
-def _ritz(alpha_K, beta_K, j, k):
-    """Top-k singular values of the (j+1)-square B built so far and row j of its left vectors.
+def _ritz(alpha_K, beta_K, j):
+    """Singular values of the (j+1)-square B built so far, largest first, and row j of its left
+    singular vectors.
 
     From eigh(B B^T): on CPU it costs ~0.4 ms at 62 x 62 against ~50 ms for jnp.linalg.svd, and
     it runs every step. Its top values are accurate to ~eps relative; the returned singular
@@ -105,16 +111,17 @@ def _ritz(alpha_K, beta_K, j, k):
     """
     B_KK = _bidiagonal(alpha_K, beta_K, j)  # beta_j couples to the next, not yet built, column
     w_K, P_KK = jnp.linalg.eigh(B_KK @ B_KK.T)  # ascending
-    return jnp.sqrt(jnp.maximum(w_K[::-1][:k], 0)), P_KK[j, ::-1][:k]
+    return jnp.sqrt(jnp.maximum(w_K[::-1], 0)), P_KK[j, ::-1]
 
 
-@functools.partial(jax.jit, static_argnames=("f", "k", "max_dim"))
+@functools.partial(jax.jit, static_argnames=("f", "max_dim"))
 def lanczos(f, x, v0_N, k, max_dim, tol):
     """Golub-Kahan-Lanczos bidiagonalization with full reorthogonalization, J V = U B.
 
     Stops when each of the top-k Ritz values theta_i has residual bound beta_j |P[j, i]| <= tol *
-    theta_0 (then some singular value of J lies within it), or after max_dim steps. Returns
-    (top-k singular values, steps, max relative residual, #non-finite f(x)).
+    theta_0 (then some singular value of J lies within it), or after max_dim steps. k is traced,
+    so one compiled program serves every k. Returns (all max_dim Ritz values, largest first: the
+    top k are the answer; steps; max relative residual of the top k; #non-finite f(x)).
     """
     y_M, jvp, vjp = linear_ops(f, x)
     V_KN = jnp.zeros((max_dim + 1, x.size), x.dtype).at[0].set(_unit(v0_N))
@@ -122,7 +129,7 @@ def lanczos(f, x, v0_N, k, max_dim, tol):
     zeros_K = jnp.zeros((max_dim,), x.dtype)
 
     def body(state):
-        j, V_KN, U_KM, alpha_K, beta_K, scale, _, _ = state
+        j, V_KN, U_KM, alpha_K, beta_K, scale, _ = state
         u_M = jvp(V_KN[j]) - jnp.where(j > 0, beta_K[j - 1], 0) * U_KM[j - 1]
         u_M, a = _orthonormalize(u_M, U_KM, 2 * j + 1, scale)
         scale = jnp.maximum(scale, a)
@@ -131,19 +138,21 @@ def lanczos(f, x, v0_N, k, max_dim, tol):
         scale = jnp.maximum(scale, b)
         U_KM, V_KN = U_KM.at[j].set(u_M), V_KN.at[j + 1].set(v_N)
         alpha_K, beta_K = alpha_K.at[j].set(a), beta_K.at[j].set(b)
-        theta_k, p_k = _ritz(alpha_K, beta_K, j, k)
-        rel = jnp.max(b * jnp.abs(p_k)) / jnp.maximum(theta_k[0], jnp.finfo(x.dtype).tiny)
-        return j + 1, V_KN, U_KM, alpha_K, beta_K, scale, theta_k, rel
+        theta_K, p_K = _ritz(alpha_K, beta_K, j)
+        top_K = jnp.arange(max_dim) < k
+        rel = jnp.max(jnp.where(top_K, b * jnp.abs(p_K), 0))
+        rel = rel / jnp.maximum(theta_K[0], jnp.finfo(x.dtype).tiny)
+        return j + 1, V_KN, U_KM, alpha_K, beta_K, scale, rel
 
     def cond(state):
         j, rel = state[0], state[-1]
         return (j < max_dim) & ((j < k) | (rel > tol))
 
     init = (jnp.int32(0), V_KN, U_KM, zeros_K, zeros_K, jnp.zeros((), x.dtype),
-            jnp.zeros((k,), x.dtype), jnp.asarray(jnp.inf, x.dtype))
-    j, _, _, alpha_K, beta_K, _, _, rel = jax.lax.while_loop(cond, body, init)
-    theta_k = jnp.linalg.svd(_bidiagonal(alpha_K, beta_K, j - 1), compute_uv=False)[:k]
-    return theta_k, j, rel, checks.count_nonfinite(y_M)
+            jnp.asarray(jnp.inf, x.dtype))
+    j, _, _, alpha_K, beta_K, _, rel = jax.lax.while_loop(cond, body, init)
+    theta_K = jnp.linalg.svd(_bidiagonal(alpha_K, beta_K, j - 1), compute_uv=False)
+    return theta_K, j, rel, checks.count_nonfinite(y_M)
 
 
 @functools.partial(jax.jit, static_argnames=("f", "chunk_size"))
