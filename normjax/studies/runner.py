@@ -16,15 +16,23 @@ import jax
 from normjax.io import read_json, to_jsonable, write_json
 
 
+def _study_modules(module, seen: set) -> None:
+    """`module` and every normjax.studies module it uses, directly or through another one."""
+    seen.add(module)
+    for value in vars(module).values():
+        used = value if inspect.ismodule(value) else inspect.getmodule(value)
+        if used is not None and used.__name__.startswith("normjax.studies") and used not in seen:
+            _study_modules(used, seen)
+
+
 def code_fingerprint(fn: Callable) -> str:
-    """sha256 of the study's own source: the module defining `fn` and its siblings <module>_*.py."""
-    path = inspect.getsourcefile(fn)
-    folder, stem = os.path.dirname(path), os.path.basename(path).removesuffix(".py")
+    """sha256 of the study's code: the module defining `fn` and every normjax.studies module it uses."""
+    modules: set = set()
+    _study_modules(inspect.getmodule(fn), modules)
     digest = hashlib.sha256()
-    for name in sorted(os.listdir(folder)):
-        if name == f"{stem}.py" or (name.startswith(f"{stem}_") and name.endswith(".py")):
-            with open(os.path.join(folder, name), "rb") as f:
-                digest.update(name.encode() + f.read())
+    for path in sorted(inspect.getsourcefile(m) for m in modules):
+        with open(path, "rb") as f:
+            digest.update(os.path.basename(path).encode() + f.read())
     return digest.hexdigest()[:16]
 
 
