@@ -1,0 +1,38 @@
+"""Per-layer stability table of any model at init: stream, norm inputs, Jacobians, gradients, warnings.
+
+  python -m experiments.diagnose --config=experiments/configs/diagnose.py:quick --workdir=results \
+      --config.model.placement=post --config.model.num_layers=12
+
+Writes WORKDIR/diagnose/results.json, table.md and diagnose.png, and prints the table. An invalid model
+config prints ModelConfig's message and exits with status 2 before anything is written.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one SVD per block: threads only contend
+
+from absl import app, flags  # noqa: E402
+
+from experiments import common  # noqa: E402
+from normjax.studies import diagnose, diagnose_report, runner  # noqa: E402
+
+_CONFIG = common.define_config("diagnose")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    config = _CONFIG.value
+    try:
+        diagnose.model_config(config)
+    except (TypeError, ValueError) as e:
+        print(f"diagnose: invalid config.model: {e}", file=sys.stderr)
+        sys.exit(2)
+    saved = runner.run_study("diagnose", flags.FLAGS.workdir, config, diagnose.compute, diagnose.plot,
+                             force=flags.FLAGS.force)
+    print(diagnose_report.format_table(saved["results"]))
+
+
+if __name__ == "__main__":
+    app.run(main)
