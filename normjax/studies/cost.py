@@ -1,0 +1,167 @@
+"""cost: compiled train-step time, parameter count, FLOPs and XLA memory per placement at equal size (S6)."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import numpy as np
+from flax import nnx
+from tqdm import tqdm
+
+import normjax
+from normjax import plotting
+from normjax import train as nt
+from normjax.io import to_jsonable
+from normjax.studies.cost_verdicts import verdicts
+
+MEMORY_FIELDS = ("argument", "output", "alias", "temp")
+
+
+def model_config(config, placement: str) -> normjax.ModelConfig:
+    """A decoder LM; layers in a Python loop for every placement (mixln needs it; one layout for all)."""
+    return normjax.ModelConfig(
+        arch="decoder", vocab_size=config.vocab_size, d_model=config.d_model, num_heads=config.num_heads,
+        d_ff=config.d_ff, num_layers=config.num_layers, placement=placement, max_len=config.seq_len)
+
+
+def batch(config) -> dict:
+    """Random tokens: the step's cost does not depend on their values."""
+    rng = np.random.default_rng(config.seed)
+    tokens_BT = rng.integers(0, config.vocab_size, (config.batch_size, config.seq_len + 1), dtype=np.int32)
+    return {"tokens": tokens_BT[:, :-1], "targets": tokens_BT[:, 1:],
+            "mask": np.ones((config.batch_size, config.seq_len), bool)}
+
+
+def hparams(config) -> dict:
+    """Adam at a small constant lr: every update is a real one (no divergence freeze)."""
+    return dict(lr=1e-4, warmup_steps=0, warmup_init_lr=0.0, total_steps=1, end_lr=1e-4, d_model=config.d_model,
+                weight_decay=0.0, clip_norm=0.0, label_smoothing=0.0, divergence_loss=1e9, divergence_patience=1)
+
+
+def memory(compiled) -> dict:
+    """XLA's compiled memory analysis in bytes; total = argument + output - alias + temp (live at once)."""
+    stats = compiled.memory_analysis()
+    out = {f: int(getattr(stats, f"{f}_size_in_bytes")) for f in MEMORY_FIELDS}
+    return out | {"total": out["argument"] + out["output"] - out["alias"] + out["temp"]}
+
+
+def flops(compiled) -> float | None:
+    analysis = compiled.cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list | tuple) else analysis
+    return None if not analysis or "flops" not in analysis else float(analysis["flops"])
+
+
+class Steps:
+    """The engine's jitted train step, compiled ahead of time once per placement (lazily, so a resumed
+    study whose pieces are all cached compiles nothing), then warmed up."""
+
+    def __init__(self, config):
+        self.config, self.batch = config, batch(config)
+
+    @functools.cached_property
+    def compiled(self) -> dict:
+        out = {}
+        for placement in tqdm(self.config.placements, desc="cost: compile", unit="placement"):
+            model = normjax.Transformer(model_config(self.config, placement), rngs=nnx.Rngs(self.config.seed))
+            spec = nt.StepSpec(nnx.graphdef(model), "lm", "constant")
+            state = nt.init_state(spec, model, self.config.seed, hparams(self.config))
+            start = time.perf_counter()
+            step = nt.compiled().train.lower(spec, state, self.batch).compile()
+            compile_s = time.perf_counter() - start
+            num_params = sum(int(x.size) for x in jax.tree.leaves(state.params))
+            for _ in range(self.config.warmup_steps):
+                state, metrics = step(state, self.batch)
+            jax.block_until_ready(metrics)
+            out[placement] = {"step": step, "state": state, "static": {
+                "num_params": num_params, "compile_s": compile_s, "memory": memory(step), "flops": flops(step)}}
+        return out
+
+    def static(self, placement: str) -> dict:
+        return self.compiled[placement]["static"]
+
+    def time_round(self, index: int) -> dict:
+        """Wall and process CPU seconds per step of every placement, in a new random order per round.
+
+        The random order spreads drift over all placements; CPU time (all threads of this process) does not count
+        the time other jobs on a shared machine hold the cores, so it is the steadier of the two.
+        """
+        order = np.random.default_rng([self.config.seed, index]).permutation(len(self.config.placements))
+        wall, cpu = {}, {}
+        for i in order:
+            placement = self.config.placements[i]
+            entry = self.compiled[placement]
+            start, start_cpu = time.perf_counter(), time.process_time()
+            for _ in range(self.config.inner_steps):
+                entry["state"], metrics = entry["step"](entry["state"], self.batch)
+            jax.block_until_ready(metrics)
+            wall[placement] = (time.perf_counter() - start) / self.config.inner_steps
+            cpu[placement] = (time.process_time() - start_cpu) / self.config.inner_steps
+        return {"wall": wall, "cpu": cpu}
+
+
+def _stats(seconds) -> dict:
+    q25, median, q75 = np.percentile(seconds, [25, 50, 75])
+    return {"s": list(seconds), "median": median, "iqr": [q25, q75]}
+
+
+def compute(config, study) -> dict:
+    steps = Steps(config)
+    static = {p: study.cached(f"static-{p}", lambda p=p: steps.static(p)) for p in config.placements}
+    rounds = [study.cached(f"round-{r}", lambda r=r: steps.time_round(r))
+              for r in tqdm(range(config.repeats), desc="cost: timing rounds", unit="round")]
+    runs = {}
+    for p in config.placements:
+        runs[p] = static[p] | {clock: _stats([r[clock][p] for r in rounds]) for clock in ("cpu", "wall")}
+    ref = runs[config.reference]
+    for run in runs.values():
+        run["relative"] = {
+            "time": run["cpu"]["median"] / ref["cpu"]["median"],
+            "wall_time": run["wall"]["median"] / ref["wall"]["median"],
+            "memory": run["memory"]["total"] / ref["memory"]["total"],
+            "temp": run["memory"]["temp"] / max(ref["memory"]["temp"], 1),
+            "params": run["num_params"] / ref["num_params"],
+            "flops": None if run["flops"] is None or not ref["flops"] else run["flops"] / ref["flops"]}
+    results = {"reference": config.reference, "order": list(config.placements), "runs": runs,
+               "size": {k: config[k] for k in ("d_model", "num_heads", "d_ff", "num_layers", "batch_size", "seq_len")},
+               "device": str(jax.devices()[0])}
+    results["verdicts"] = verdicts(to_jsonable(results))
+    return results
+
+
+def plot(results: dict, study) -> list[str]:
+    runs, ref, names = results["runs"], results["reference"], results["order"]
+    x = np.arange(len(names))
+    colors = [plotting.color(p) for p in names]
+    fig, axes = plotting.figure(ncols=3, width=4.6)
+    time_rel = np.array([runs[p]["relative"]["time"] for p in names])
+    iqr = np.array([runs[p]["cpu"]["iqr"] for p in names]) / runs[ref]["cpu"]["median"]
+    axes[0].bar(x, time_rel, color=colors, yerr=[time_rel - iqr[:, 0], iqr[:, 1] - time_rel], capsize=2)
+    axes[0].plot(x, [runs[p]["relative"]["wall_time"] for p in names], "kx", ms=5, label="wall-clock median")
+    axes[0].set(ylabel=f"CPU time per step / {ref}'s", title=f"train step CPU time (median, IQR; {ref}: "
+                f"{1e3 * runs[ref]['cpu']['median']:.0f} ms)")
+    axes[0].axhspan(0.9, 1.1, color="grey", alpha=0.15, label="S6: equal (within 10%)")
+    parts = {"arguments (params, Adam state, batch)": "", "outputs not aliased": "xx",
+             "temp (activations, grads)": ".."}
+    mem_KP = np.array([[runs[p]["memory"]["argument"] for p in names],
+                       [runs[p]["memory"]["output"] - runs[p]["memory"]["alias"] for p in names],
+                       [runs[p]["memory"]["temp"] for p in names]]) / runs[ref]["memory"]["total"]
+    bottom = np.zeros(len(names))
+    for (label, hatch), mem_P in zip(parts.items(), mem_KP, strict=True):
+        axes[1].bar(x, mem_P, bottom=bottom, color=colors, hatch=hatch, edgecolor="white")
+        axes[1].bar([0], [0], color="lightgrey", hatch=hatch, edgecolor="white", label=label)  # legend entry
+        bottom += mem_P
+    axes[1].set_ylim(0, 1.4 * bottom.max())  # room for the legend
+    axes[1].set(ylabel=f"XLA memory / {ref}'s total", title=f"compiled step memory, stacked ({ref}: "
+                f"{runs[ref]['memory']['total'] / 2**20:.1f} MiB)")
+    for key, marker in (("params", "o"), ("flops", "s")):
+        values = [runs[p]["relative"][key] for p in names]
+        axes[2].plot(x, [np.nan if v is None else v for v in values], marker, color="black", mfc="none",
+                     label=key, ls="")
+    axes[2].set(ylabel=f"/ {ref}'s", title="parameters and XLA FLOPs per step")
+    for ax in axes:
+        ax.axhline(1.0, **plotting.THEORY_STYLE, label="S6 prediction: equal" if ax is axes[0] else None)
+        ax.set_xticks(x, names, rotation=60, fontsize=7)
+        ax.legend(fontsize=6)
+    return plotting.save(fig, study.figure_stem("cost"))
