@@ -77,22 +77,30 @@ def power(f, x, v0_N, num_iters, tol):
 
 
 def _orthonormalize(w, Q, seed, scale):
-    """w minus its projection on the rows of Q (twice: "twice is enough"), normalized.
+    """w minus its projection on the rows of Q, normalized; returns (unit vector, norm).
 
-    On breakdown (w in span(Q) up to rounding) returns a random unit vector orthogonal to Q and a
-    norm of 0, so the bidiagonalization restarts in a fresh direction instead of dividing by ~0.
+    Full reorthogonalization, with a second pass only when the first removed most of w (Kahan and
+    Parlett's "twice is enough"). On breakdown (w in span(Q) up to rounding) returns a random
+    unit vector orthogonal to Q and a norm of 0, so the bidiagonalization restarts in a fresh
+    direction instead of dividing by ~0. Each pass reads Q once: O(max_dim n) memory traffic.
     """
     def project_out(v):
-        for _ in range(2):
-            v = v - Q.T @ (Q @ v)
-        return v
+        return v - Q.T @ (Q @ v)
 
+    norm0 = jnp.linalg.norm(w)
     w = project_out(w)
+    w = jax.lax.cond(jnp.linalg.norm(w) < 0.7 * norm0, project_out, lambda v: v, w)
     norm = jnp.linalg.norm(w)
-    broke = norm <= 10 * jnp.finfo(w.dtype).eps * scale
-    r = project_out(_hash_vector(seed, w.size, w.dtype))
-    r = r / jnp.maximum(jnp.linalg.norm(r), jnp.finfo(w.dtype).tiny)
-    return jnp.where(broke, r, w / jnp.where(broke, 1, norm)), jnp.where(broke, 0, norm)
+    tiny = jnp.finfo(w.dtype).tiny
+
+    def restart(_):
+        r = project_out(project_out(_hash_vector(seed, w.size, w.dtype)))
+        return r / jnp.maximum(jnp.linalg.norm(r), tiny), jnp.zeros((), w.dtype)
+
+    def keep(_):
+        return w / jnp.maximum(norm, tiny), norm
+
+    return jax.lax.cond(norm <= 10 * jnp.finfo(w.dtype).eps * scale, restart, keep, None)
 
 
 def _bidiagonal(alpha_K, beta_K, num_beta):
