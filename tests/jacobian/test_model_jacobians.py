@@ -20,10 +20,12 @@ def test_block_jacobian_fwd_rev_and_finite_differences(placement, helpers):
     # Open the zero/small-initialized gates (ReZero, SkipInit, LayerScale) so the branch counts.
     helpers.set_params(model, lambda path, w: w + 0.5 if path.endswith("gate") else w)
     f, x_TD = normjax.block_fn(model, 1), stream(model, 1, helpers.tokens())
-    # Eager (disable_jit): twelve placements would otherwise cost an XLA compile each; the jitted
-    # path runs the same code (test_exact.py), and jacrev on real blocks in the Pre-LN test below.
+    # Eager (disable_jit): twelve placements would otherwise cost two XLA compiles each; the
+    # jitted path runs the same code (test_exact.py and the Pre-LN test below).
     with jax.disable_jit():
         J = jacobian.jacobian(f, x_TD)
+        np.testing.assert_allclose(jacobian.jacobian(f, x_TD, mode="rev"), J, rtol=1e-10,
+                                   atol=1e-12)
         np.testing.assert_allclose(helpers.central_differences(f, x_TD), J, rtol=1e-7, atol=1e-8)
     assert np.abs(J - np.eye(J.shape[0])).max() > 1e-2  # the branch is really there
 
