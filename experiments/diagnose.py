@@ -7,15 +7,12 @@ Writes WORKDIR/diagnose/results.json, table.md and diagnose.png, and prints the 
 config prints ModelConfig's message and exits with status 2 before anything is written.
 """
 
-import os
 import sys
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one SVD per block: threads only contend
+from absl import app, flags
 
-from absl import app, flags  # noqa: E402
-
-from experiments import common  # noqa: E402
-from normjax.studies import diagnose, diagnose_report, runner  # noqa: E402
+from experiments import common
+from normjax.studies import diagnose, diagnose_report, runner
 
 _CONFIG = common.define_config("diagnose")
 

@@ -3,12 +3,8 @@
   python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_spectrum.py:quick --workdir=results
 """
 
-import os
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # hundreds of small SVDs: threads only contend
-
-from experiments import common  # noqa: E402
-from normjax.studies import jacobian_spectrum  # noqa: E402
+from experiments import common
+from normjax.studies import jacobian_spectrum
 
 _CONFIG = common.define_config("jacobian_spectrum")
 
