@@ -97,7 +97,8 @@ def spawn(placement: str, T: int, d: int, method: str) -> dict:
 def estimated_mib(method: str, n: int, row: dict) -> float:
     """Arrays the method itself holds, in float32: J (exact) or its Krylov basis (Lanczos)."""
     if method == "exact":
-        return 2 * n * n * 4 / 2**20  # J and the SVD's workspace copy
+        # J, the SVD's copy, and jacfwd's n tangents of the widest activation (T, 4 d).
+        return (2 * n * n + n * row["T"] * 4 * row["d"]) * 4 / 2**20
     if method == "lanczos":
         return 2 * (row["iterations"] + 1) * n * 4 / 2**20  # V and U, n and m = n wide
     return 3 * n * 4 / 2**20  # v, J v, J^T J v
