@@ -32,10 +32,8 @@ def random_vectors(key, shape, dtype, kind: str = "normal") -> jax.Array:
         key = jax.random.key_data(key)
     rng = np.random.default_rng(np.asarray(key, np.uint32).ravel())
     if kind == "rademacher":
-        draws = rng.integers(0, 2, size=shape) * 2 - 1
-    else:
-        draws = rng.standard_normal(size=shape)
-    return jnp.asarray(draws.astype(dtype))
+        return jnp.asarray((rng.integers(0, 2, size=shape) * 2 - 1).astype(dtype))
+    return jnp.asarray(rng.standard_normal(size=shape).astype(dtype))
 
 
 def _hash_vector(seed, n, dtype):
