@@ -5,25 +5,23 @@ These functions are the only way analysis and training code look inside a model 
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
-from flax import nnx
+from flax import nnx, struct
 
 from normjax.blocks import BlockContext, split_records
 from normjax.layers import attention_bias
 from normjax.model import Transformer
 
 
-@dataclasses.dataclass
+@struct.dataclass
 class StackProbes:
     """What one stack saw in a forward pass.
 
     streams[l] (B, T, D) enters block l; streams[L] leaves the last block. norm_inputs[l] maps every norm
     site of block l ("attn.pre", "ffn.post", ...) to its input; branch_outputs[l] maps each sublayer
     ("attn", "cross", "ffn") to its branch output F(.). final_norm_input is streams[L] when the stack has a
-    final norm, else None.
+    final norm, else None. A pytree: a jitted function may return it.
     """
 
     streams: list
