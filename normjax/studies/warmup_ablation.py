@@ -94,13 +94,16 @@ def plot(results: dict, study) -> list[str]:
         ax.legend(fontsize=6)
     paths = plotting.save(fig, study.figure_stem("loss_curves"))
     fig, axes = plotting.figure(ncols=len(placements), width=3.6, height=3.0)
+    finals = [r["final_valid_nll"] for r in rows if r["final_valid_nll"] is not None]
+    vmin, vmax = (min(finals), max(finals)) if finals else (0.0, 1.0)  # one colour scale for every panel
     for ax, placement in zip(axes, placements, strict=True):
         lrs_, warmups_, nll, diverged = _grid(rows, placement)
-        image = ax.imshow(nll, cmap="viridis_r", aspect="auto")
+        image = ax.imshow(nll, cmap="viridis_r", aspect="auto", vmin=vmin, vmax=vmax)
         for i in range(len(lrs_)):
             for j in range(len(warmups_)):
                 text = "div" if diverged[i, j] else f"{nll[i, j]:.2f}"
-                ax.text(j, i, text, ha="center", va="center", color="white", fontsize=8)
+                light = np.isfinite(nll[i, j]) and nll[i, j] < (vmin + vmax) / 2
+                ax.text(j, i, text, ha="center", va="center", color="black" if light else "white", fontsize=8)
         ax.set(title=f"{placement}: final valid nll", xticks=range(len(warmups_)), yticks=range(len(lrs_)),
                xticklabels=warmups_, yticklabels=[f"{lr:g}" for lr in lrs_], xlabel="warmup steps",
                ylabel="peak lr")
