@@ -3,20 +3,13 @@
   python -m experiments.ln_jacobian --config=experiments/configs/ln_jacobian.py:quick
 """
 
-import ml_collections
-
 from experiments.common import preset
+from experiments.configs import hidden_norms
 
 
 def _base():
-    c = ml_collections.ConfigDict()
+    c = hidden_norms.get_config("quick")  # the same models as hidden_norms, so the two studies line up
     c.placements = ("post", "pre", "sandwich", "deepnorm")
-    c.settings = ("theory", "real")
-    c.vocab_size = 1000
-    c.d_model, c.num_heads, c.d_ff = 128, 4, 512
-    c.num_layers = 24
-    c.batch_size, c.seq_len = 8, 32
-    c.num_seeds = 3
     c.num_check_tokens = 4  # per norm site, for the autodiff checks (seed 0)
     c.gamma_noise = 0.3  # gamma = 1 + 0.3 N(0, 1) for the non-constant-gamma check
     return c
