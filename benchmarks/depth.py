@@ -1,6 +1,6 @@
 """Depth: compile time, step time and XLA memory of a train step vs depth, loop vs scan, with and without remat.
 
-  python -m benchmarks.depth [--depths=6,24,96] [--d_model=64] [--json_out=/tmp/depth.json]
+  python -m benchmarks.depth [--depths=6,24,96] [--d_model=64] [--flat_optimizer] [--json_out=/tmp/depth.json]
 
 One side-by-side table in one run (absolute times on a shared CPU are noisy; read the ratios). The step is
 forward + backward + Adam on a decoder LM, jitted once per configuration.
@@ -22,6 +22,8 @@ _D = flags.DEFINE_integer("d_model", 64, "Model width (heads 4, FFN 4d).")
 _BATCH = flags.DEFINE_integer("batch", 8, "Sequences per step.")
 _LEN = flags.DEFINE_integer("length", 64, "Tokens per sequence.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed steps after the first (compiled) one.")
+_FLAT = flags.DEFINE_bool("flat_optimizer", False, "optax.flatten(adam): one raveled vector instead of one "
+                          "Adam update per parameter array (as normjax.train's step does).")
 _JSON = flags.DEFINE_string("json_out", None, "Write the table as JSON here too.")
 
 
@@ -29,7 +31,7 @@ def measure(depth: int, scan: bool, remat: bool) -> dict:
     cfg = normjax.ModelConfig(arch="decoder", vocab_size=256, d_model=_D.value, num_heads=4, d_ff=4 * _D.value,
                               num_layers=depth, placement="pre", scan_layers=scan, remat=remat)
     graphdef, params, rest = nnx.split(normjax.Transformer(cfg, rngs=nnx.Rngs(0)), nnx.Param, ...)
-    optimizer = optax.adam(1e-3)
+    optimizer = optax.flatten(optax.adam(1e-3)) if _FLAT.value else optax.adam(1e-3)
     tokens = jax.random.randint(jax.random.key(0), (_BATCH.value, _LEN.value + 1), 0, 256)
 
     def loss(p):

@@ -2,10 +2,12 @@
 
   pip install -r benchmarks/requirements.txt     # PyTorch, CPU build (benchmarks only)
   python -m benchmarks.train_step [--sizes=512x8x2048,512x4x1024] [--placements=post,pre] [--layers=6]
+                                  [--impls=normjax,normjax_scan,seed,torch]
                                   [--batch=16] [--length=64] [--rounds=5] [--json_out=FILE]
 
-One network per (size, placement), in three implementations: normjax (an encoder Transformer, jitted
-value_and_grad + optax.adam), the seed's PyTorch PreNorm/PostNormEncoderLayer and
+One network per (size, placement), in four implementations: normjax (an encoder Transformer, jitted
+value_and_grad + optax.adam; its layers in a Python loop, or scanned with `scan_layers=True`), the seed's
+PyTorch PreNorm/PostNormEncoderLayer and
 torch.nn.TransformerEncoderLayer(norm_first=...), each as embedding * sqrt(d) + sinusoidal positions, the
 layers, a final LayerNorm for Pre-LN, a tied head and cross-entropy on random tokens; forward + backward +
 Adam, same sizes, same threads (torch gets as many as XLA: every core). Implementations are timed in
@@ -32,8 +34,9 @@ import normjax
 
 _SIZES = flags.DEFINE_list("sizes", ["512x8x2048", "512x4x1024"], "d_model x heads x d_ff.")
 _PLACEMENTS = flags.DEFINE_list("placements", ["post", "pre"], "Placements (post or pre).")
-_IMPLS = flags.DEFINE_list("impls", ["normjax", "seed", "torch"], "normjax, seed (PyTorch seed layers), "
-                           "torch (nn.TransformerEncoderLayer).")
+_IMPLS = flags.DEFINE_list("impls", ["normjax", "normjax_scan", "seed", "torch"],
+                           "normjax (layers in a Python loop), normjax_scan (scan_layers=True), seed (the seed's "
+                           "PyTorch layers), torch (nn.TransformerEncoderLayer).")
 _LAYERS = flags.DEFINE_integer("layers", 6, "Encoder layers.")
 _BATCH = flags.DEFINE_integer("batch", 16, "Sequences per step.")
 _LEN = flags.DEFINE_integer("length", 64, "Tokens per sequence.")
@@ -81,11 +84,11 @@ def matmul_peak() -> dict:
     return rates
 
 
-def normjax_step(d, heads, d_ff, placement, tokens, labels):
+def normjax_step(d, heads, d_ff, placement, scan, tokens, labels):
     """A zero-argument callable doing one normjax train step (state kept inside)."""
     cfg = normjax.ModelConfig(arch="encoder", vocab_size=_VOCAB.value, d_model=d, num_heads=heads, d_ff=d_ff,
                               num_layers=_LAYERS.value, placement=placement, dropout=_DROPOUT.value,
-                              max_len=_LEN.value)
+                              max_len=_LEN.value, scan_layers=scan)
     graphdef, params, rest = nnx.split(normjax.Transformer(cfg, rngs=nnx.Rngs(0)), nnx.Param, ...)
     optimizer = optax.adam(1e-4)
     use_dropout = _DROPOUT.value > 0
@@ -140,12 +143,12 @@ def make_steps(d, heads, d_ff, placement) -> dict:
     labels = jax.random.randint(keys[1], (_BATCH.value, _LEN.value), 0, _VOCAB.value)
     steps = {}
     for impl in _IMPLS.value:
-        if impl == "normjax":
-            steps[impl] = normjax_step(d, heads, d_ff, placement, tokens, labels)
+        if impl in ("normjax", "normjax_scan"):
+            steps[impl] = normjax_step(d, heads, d_ff, placement, impl == "normjax_scan", tokens, labels)
         elif impl in ("seed", "torch"):
             steps[impl] = torch_step(impl, d, heads, d_ff, placement, tokens, labels)
         else:
-            raise app.UsageError(f"--impls: unknown {impl!r}; valid: normjax, seed, torch")
+            raise app.UsageError(f"--impls: unknown {impl!r}; valid: normjax, normjax_scan, seed, torch")
     return steps
 
 
@@ -190,7 +193,7 @@ def main(argv):
     print("matmul GFLOP/s: " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in peak_rates.items()))
     tokens = _BATCH.value * _LEN.value
     rows = []
-    print(f"{'size':>12} {'place':>5} {'impl':>8} {'step ms':>8} {'first s':>7} {'tok/s':>8} "
+    print(f"{'size':>12} {'place':>5} {'impl':>12} {'step ms':>8} {'first s':>7} {'tok/s':>8} "
           f"{'vs seed':>7} {'vs torch':>8} {'GFLOP/s':>7} {'% peak':>6}")
     for d, heads, d_ff in sizes:
         flops = model_flops(d, d_ff, _LAYERS.value, _BATCH.value, _LEN.value, _VOCAB.value)
@@ -203,7 +206,7 @@ def main(argv):
                 for ref in ("seed", "torch"):
                     row[f"vs_{ref}"] = timings[ref][0] / step_s if ref in timings else float("nan")
                 rows.append(row)
-                print(f"{f'{d}/{heads}/{d_ff}':>12} {placement:>5} {impl:>8} {1e3 * step_s:>8.1f} {first_s:>7.2f} "
+                print(f"{f'{d}/{heads}/{d_ff}':>12} {placement:>5} {impl:>12} {1e3 * step_s:>8.1f} {first_s:>7.2f} "
                       f"{row['tokens_per_s']:>8.0f} {row['vs_seed']:>7.2f} {row['vs_torch']:>8.2f} "
                       f"{row['gflops']:>7.1f} {100 * row['peak_fraction']:>6.1f}")
     if _JSON.value:
