@@ -11,12 +11,12 @@ torch.linalg.matrix_norm(J, 2) (k = 1) or torch.linalg.svdvals(J)[:k] (see bench
 Each (placement, size, method, k) runs in its own subprocess, so its peak resident memory (maxrss) is its
 own; a "forward" run (JAX) and a "torch_forward" run (torch imported, the layer loaded) give the baselines
 and the time of one forward. Columns: k = singular values asked for; time s = best of a few calls after the
-first; first s = the first call, compile included; iter/fwd = one power/Lanczos iteration in forwards;
-speedup = exact time / method time; rel err = max over the top k of |s_i - ref_i| / ref_i against "vs"
-(normjax exact where it ran, else Lanczos); bound = Lanczos's own relative residual bound; s_1, s_k = the
-largest and the k-th singular value; +MiB = peak RSS above the baseline of the method's framework (XLA's
-compile memory included); est MiB = the method's own arrays. A worker that dies (e.g. out of memory) is
-reported as skipped with its exit status.
+first; J s = building J alone (exact methods); first s = the first call, compile included; iter/fwd = one
+power/Lanczos iteration in forwards; speedup = exact time / method time; rel err = max over the top k of
+|s_i - ref_i| / ref_i against "vs" (normjax exact where it ran, else Lanczos); bound = Lanczos's own relative
+residual bound; s_1, s_k = the largest and the k-th singular value; +MiB = peak RSS above the baseline of the
+method's framework (XLA's compile memory included); est MiB = the method's own arrays. A worker that dies
+(e.g. out of memory) is reported as skipped with its exit status.
 """
 
 import importlib.util
@@ -89,6 +89,8 @@ def jax_measurement(placement: str, T: int, d: int, method: str, k: int) -> dict
     (values, info), times = timed(
         lambda: jacobian.singular_values(f, x, k, method=method, tol=_TOL.value, return_info=True),
         repeats=3)
+    if method == "exact":  # J alone (jacfwd, as singular_values builds it for a square block)
+        times["jacobian_s"] = timed(lambda: jacobian.jacobian(f, x, mode="fwd"), repeats=3)[1]["time_s"]
     return times | {"values": np.asarray(values).tolist(), "iterations": info.iterations,
                     "residual": info.residual, "converged": info.converged}
 
@@ -104,6 +106,7 @@ def torch_measurement(placement: str, T: int, d: int, method: str, k: int) -> di
     if method == "torch_forward":
         return timed(lambda: torch_jacobian.forward(f, x), repeats=20)[1]
     values, times = timed(lambda: torch_jacobian.singular_values(f, x, k), repeats=3)
+    times["jacobian_s"] = timed(lambda: torch_jacobian.jacobian(f, x), repeats=3)[1]["time_s"]
     return times | {"values": values.tolist(), "jacobian": "torch.func.jacrev"}
 
 
@@ -206,7 +209,7 @@ def cell(row: dict, key: str, width: int, spec: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'placement':9} {'n':>6} {'T x d':>8} {'method':11} {'k':>2} {'time s':>8} {'first s':>9} "
+    head = (f"{'placement':9} {'n':>6} {'T x d':>8} {'method':11} {'k':>2} {'time s':>8} {'J s':>7} {'first s':>9} "
             f"{'iters':>5} {'iter/fwd':>8} {'speedup':>7} {'rel err':>9} {'vs':>7} {'bound':>8} "
             f"{'s_1':>8} {'s_k':>8} {'+MiB':>7} {'est MiB':>8}")
     lines = [head, "-" * len(head)]
@@ -217,7 +220,8 @@ def table(rows: list[dict]) -> str:
             continue
         bound = format(r["residual"], ".1e") if r["method"] == "lanczos" else "-"
         s_k = format(r["values"][-1], ".4f") if r["k"] > 1 else "-"
-        lines.append(f"{start} {cell(r, 'time_s', 8, '.3f')} {cell(r, 'first_s', 9, '.2f')} "
+        lines.append(f"{start} {cell(r, 'time_s', 8, '.3f')} {cell(r, 'jacobian_s', 7, '.3f')} "
+                     f"{cell(r, 'first_s', 9, '.2f')} "
                      f"{cell(r, 'iterations', 5, 'd')} {cell(r, 'iter_over_forward', 8, '.2f')} "
                      f"{cell(r, 'speedup', 7, '.1f')} {cell(r, 'rel_err', 9, '.1e')} {cell(r, 'ref', 7, '')} "
                      f"{bound:>8} {r['values'][0]:8.4f} {s_k:>8} {cell(r, 'extra_mib', 7, '.0f')} "
@@ -230,6 +234,13 @@ def target_lines(rows: list[dict]) -> list[str]:
     with rel err <= 1e-3; n = 65536 in under a minute, compile included."""
     lines = []
     for r in rows:
+        torch_row = next((t for t in rows if t["method"] == "torch_exact" and "time_s" in t and
+                          (t["placement"], t["n"], t["k"]) == (r["placement"], r["n"], r["k"])), None)
+        if r["method"] == "exact" and "time_s" in r and torch_row:
+            ratio = torch_row["time_s"] / r["time_s"]
+            lines.append(f"target exact vs torch.func n={r['n']} k={r['k']} {r['placement']}: torch / normjax "
+                         f"{ratio:.2f} (J alone {torch_row['jacobian_s'] / r['jacobian_s']:.2f}) -> "
+                         f"{'met' if ratio >= 1 else 'MISSED'}")
         if r["method"] not in MATRIX_FREE_METHODS or r["k"] != 1:
             continue
         if r["n"] == 4096 and "speedup" in r:

@@ -40,10 +40,15 @@ def forward(f, x: torch.Tensor) -> torch.Tensor:
         return f(x)
 
 
+def jacobian(f, x: torch.Tensor) -> torch.Tensor:
+    """J = jacrev(f)(x) as an (n_out, n_in) matrix."""
+    return torch.func.jacrev(f)(x).reshape(-1, x.numel())
+
+
 def singular_values(f, x: torch.Tensor, k: int) -> torch.Tensor:
     """The top k singular values of f's Jacobian at x as a PyTorch user writes it: J = jacrev(f)(x) as an
     (n_out, n_in) matrix, then matrix_norm(J, 2) for k = 1, else svdvals(J)[:k]."""
-    J = torch.func.jacrev(f)(x).reshape(-1, x.numel())
+    J = jacobian(f, x)
     if k == 1:
         return torch.linalg.matrix_norm(J, 2)[None]
     return torch.linalg.svdvals(J)[:k]
