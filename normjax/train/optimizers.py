@@ -49,26 +49,22 @@ def clip_by_global_norm(grads, max_norm):
     return jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads), norm
 
 
-def decayed(params):
-    """What weight decay pulls toward zero: the matrices (ndim >= 2); vectors and scalars give zeros."""
-    return jax.tree.map(lambda p: p if p.ndim >= 2 else jnp.zeros_like(p), params)
-
-
-def updates(spec: OptimizerSpec, grads, opt_state, params, lr, weight_decay, decay=None):
-    """One update: -lr * (direction + weight_decay * decay), decay on matrices only (AdamW style).
+def updates(spec: OptimizerSpec, grads, opt_state, params, lr, weight_decay):
+    """One update: -lr * (direction + weight_decay * param), decay on matrices only (AdamW style).
 
     Args:
       spec: static optimizer choice.
-      grads, params: pytrees of the same structure (a single raveled vector works too).
+      grads, params: pytrees of the same structure.
       opt_state: from `direction(spec).init(params)`.
       lr, weight_decay: traced scalars; weight decay is decoupled (on the update, not the gradient).
-      decay: the tree weight decay acts on, shaped like params; default `decayed(params)` (pass it when
-        params is a raveled vector, whose matrices can no longer be told apart).
 
     Returns:
       (updates, new_opt_state); apply with `optax.apply_updates(params, updates)`.
     """
     step_dir, opt_state = direction(spec).update(grads, opt_state, params)
-    decay = decayed(params) if decay is None else decay
-    one = lambda u, d, p: (-lr * (u + weight_decay * d)).astype(p.dtype)
-    return jax.tree.map(one, step_dir, decay, params), opt_state
+
+    def one(u, p):
+        decay = weight_decay * p if p.ndim >= 2 else jnp.zeros_like(p)
+        return (-lr * (u + decay)).astype(p.dtype)
+
+    return jax.tree.map(one, step_dir, params), opt_state
