@@ -21,10 +21,15 @@ from normjax.train.tasks import Task, load_task
 
 @functools.cache
 def compiled() -> types.SimpleNamespace:
-    """The jitted steps, shared by every run in this process: a sweep compiles once per shape."""
+    """The jitted steps, shared by every run in this process: a sweep compiles once per shape.
+
+    The train steps donate their state (no second copy of params and optimizer state) on accelerators
+    only: on the CPU, donation made the sweep benchmark's step 28-29 ms instead of 22 (benchmarks/README.md).
+    """
+    donate = () if jax.default_backend() == "cpu" else (1,)
     return types.SimpleNamespace(
-        train=jax.jit(steps.train_step, static_argnums=0, donate_argnums=1),
-        vtrain=jax.jit(steps.vmapped_train_step, static_argnums=0, donate_argnums=1),
+        train=jax.jit(steps.train_step, static_argnums=0, donate_argnums=donate),
+        vtrain=jax.jit(steps.vmapped_train_step, static_argnums=0, donate_argnums=donate),
         eval=jax.jit(steps.eval_step, static_argnums=(0, 1)),
         diag=jax.jit(steps.diagnostics, static_argnums=(0, 1)),
         decode=jax.jit(decode.greedy_decode, static_argnums=(0, 5)),
