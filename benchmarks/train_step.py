@@ -7,11 +7,11 @@
 
 One network per (size, placement), in four implementations: normjax (an encoder Transformer, jitted
 value_and_grad + optax.adam; its layers in a Python loop, or scanned with `scan_layers=True`), the seed's
-PyTorch PreNorm/PostNormEncoderLayer and
-torch.nn.TransformerEncoderLayer(norm_first=...), each as embedding * sqrt(d) + sinusoidal positions, the
-layers, a final LayerNorm for Pre-LN, a tied head and cross-entropy on random tokens; forward + backward +
-Adam, same sizes, same threads (torch gets as many as XLA: every core). Implementations are timed in
-interleaved rounds (median over rounds) so machine noise hits them alike.
+PyTorch PreNorm/PostNormEncoderLayer and torch.nn.TransformerEncoderLayer(norm_first=...). Each is
+embedding * sqrt(d) + sinusoidal positions, the layers, a final LayerNorm for Pre-LN, a tied head and
+cross-entropy on random tokens; forward + backward + Adam, same sizes, same threads (torch gets as many as
+XLA: every core). Implementations are timed in interleaved rounds (median over rounds) so machine noise hits
+them alike.
 
 Achieved FLOP/s counts the model's matmul FLOPs (2mnk; backward = 2x forward) over the median step time;
 the peak is the best float32 matmul FLOP/s measured in this run (jax and torch, square and model shapes).
