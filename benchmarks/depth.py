@@ -22,14 +22,27 @@ _D = flags.DEFINE_integer("d_model", 64, "Model width (heads 4, FFN 4d).")
 _BATCH = flags.DEFINE_integer("batch", 8, "Sequences per step.")
 _LEN = flags.DEFINE_integer("length", 64, "Tokens per sequence.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed steps after the first (compiled) one.")
-_FLAT = flags.DEFINE_bool("flat_optimizer", False, "optax.flatten(adam): one raveled vector instead of one "
-                          "Adam update per parameter array (as normjax.train's step does).")
+_FLAT = flags.DEFINE_bool(
+    "flat_optimizer",
+    False,
+    "optax.flatten(adam): one raveled vector instead of one "
+    "Adam update per parameter array (as normjax.train's step does).",
+)
 _JSON = flags.DEFINE_string("json_out", None, "Write the table as JSON here too.")
 
 
 def measure(depth: int, scan: bool, remat: bool) -> dict:
-    cfg = normjax.ModelConfig(arch="decoder", vocab_size=256, d_model=_D.value, num_heads=4, d_ff=4 * _D.value,
-                              num_layers=depth, placement="pre", scan_layers=scan, remat=remat)
+    cfg = normjax.ModelConfig(
+        arch="decoder",
+        vocab_size=256,
+        d_model=_D.value,
+        num_heads=4,
+        d_ff=4 * _D.value,
+        num_layers=depth,
+        placement="pre",
+        scan_layers=scan,
+        remat=remat,
+    )
     graphdef, params, rest = nnx.split(normjax.Transformer(cfg, rngs=nnx.Rngs(0)), nnx.Param, ...)
     optimizer = optax.flatten(optax.adam(1e-3)) if _FLAT.value else optax.adam(1e-3)
     tokens = jax.random.randint(jax.random.key(0), (_BATCH.value, _LEN.value + 1), 0, 256)
@@ -55,21 +68,30 @@ def measure(depth: int, scan: bool, remat: bool) -> dict:
     for _ in range(_REPEATS.value):
         params, opt_state, value = compiled(params, opt_state)
     jax.block_until_ready(value)
-    return {"depth": depth, "layout": "scan" if scan else "loop", "remat": remat, "compile_s": compile_s,
-            "step_ms": 1e3 * (time.perf_counter() - start) / _REPEATS.value,
-            "temp_mib": getattr(memory, "temp_size_in_bytes", 0) / 2**20, "loss": float(jnp.asarray(value))}
+    return {
+        "depth": depth,
+        "layout": "scan" if scan else "loop",
+        "remat": remat,
+        "compile_s": compile_s,
+        "step_ms": 1e3 * (time.perf_counter() - start) / _REPEATS.value,
+        "temp_mib": getattr(memory, "temp_size_in_bytes", 0) / 2**20,
+        "loss": float(jnp.asarray(value)),
+    }
 
 
 def main(argv):
     del argv
-    rows = [measure(int(depth), scan, remat) for depth in _DEPTHS.value for scan in (False, True)
-            for remat in (False, True)]
+    rows = [
+        measure(int(depth), scan, remat) for depth in _DEPTHS.value for scan in (False, True) for remat in (False, True)
+    ]
     base = {(r["layout"], r["remat"]): r for r in rows if r["depth"] == int(_DEPTHS.value[0])}
     print(f"{'depth':>5} {'layout':>6} {'remat':>5} {'compile s':>9} {'x first':>7} {'step ms':>8} {'temp MiB':>8}")
     for r in rows:
         ratio = r["compile_s"] / base[(r["layout"], r["remat"])]["compile_s"]
-        print(f"{r['depth']:>5} {r['layout']:>6} {r['remat']!s:>5} {r['compile_s']:>9.2f} {ratio:>7.2f} "
-              f"{r['step_ms']:>8.1f} {r['temp_mib']:>8.1f}")
+        print(
+            f"{r['depth']:>5} {r['layout']:>6} {r['remat']!s:>5} {r['compile_s']:>9.2f} {ratio:>7.2f} "
+            f"{r['step_ms']:>8.1f} {r['temp_mib']:>8.1f}"
+        )
     if _JSON.value:
         with open(_JSON.value, "w") as f:
             json.dump(rows, f, indent=2)

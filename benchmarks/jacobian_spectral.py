@@ -38,11 +38,11 @@ EXACT_METHODS = ("exact", "torch_exact")
 MATRIX_FREE_METHODS = ("power", "lanczos")
 METHODS = EXACT_METHODS + MATRIX_FREE_METHODS
 
-_SIZES = flags.DEFINE_list("sizes", ["8x128", "32x128", "64x256", "128x512"],
-                           "T x d_model per block; n = T * d.")
+_SIZES = flags.DEFINE_list("sizes", ["8x128", "32x128", "64x256", "128x512"], "T x d_model per block; n = T * d.")
 _PLACEMENTS = flags.DEFINE_list("placements", ["pre", "post"], "Placements to measure.")
-_METHODS = flags.DEFINE_list("methods", ["exact", "torch_exact", "power", "lanczos"],
-                             f"Methods to compare, from {METHODS}.")
+_METHODS = flags.DEFINE_list(
+    "methods", ["exact", "torch_exact", "power", "lanczos"], f"Methods to compare, from {METHODS}."
+)
 _TOP_K = flags.DEFINE_integer("top_k", 4, "Also compute the top k singular values (besides k = 1).")
 _EXACT_MAX_N = flags.DEFINE_integer("exact_max_n", 4096, "Skip exact methods above this n (J is n^2).")
 _TOL = flags.DEFINE_float("tol", 1e-5, "Stopping tolerance of power and Lanczos.")
@@ -53,9 +53,16 @@ _WORKER = flags.DEFINE_string("worker", None, "Internal: placement,T,d,method,k 
 
 def model_and_input(placement: str, T: int, d: int):
     """A one-layer float32 encoder and the stream entering its block 0 (T, d)."""
-    cfg = normjax.ModelConfig(arch="encoder", vocab_size=256, d_model=d,
-                              num_heads=d // _HEAD_DIM.value, d_ff=4 * d, num_layers=1,
-                              placement=placement, max_len=max(T, 8))
+    cfg = normjax.ModelConfig(
+        arch="encoder",
+        vocab_size=256,
+        d_model=d,
+        num_heads=d // _HEAD_DIM.value,
+        d_ff=4 * d,
+        num_layers=1,
+        placement=placement,
+        max_len=max(T, 8),
+    )
     model = normjax.Transformer(cfg, rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(1), (1, T), 0, cfg.vocab_size)
     return model, normjax.embed(model, tokens)[0]
@@ -87,12 +94,16 @@ def jax_measurement(placement: str, T: int, d: int, method: str, k: int) -> dict
         fwd = jax.jit(f)
         return timed(lambda: fwd(x), repeats=20)[1]
     (values, info), times = timed(
-        lambda: jacobian.singular_values(f, x, k, method=method, tol=_TOL.value, return_info=True),
-        repeats=3)
+        lambda: jacobian.singular_values(f, x, k, method=method, tol=_TOL.value, return_info=True), repeats=3
+    )
     if method == "exact":  # J alone (jacfwd, as singular_values builds it for a square block)
         times["jacobian_s"] = timed(lambda: jacobian.jacobian(f, x, mode="fwd"), repeats=3)[1]["time_s"]
-    return times | {"values": np.asarray(values).tolist(), "iterations": info.iterations,
-                    "residual": info.residual, "converged": info.converged}
+    return times | {
+        "values": np.asarray(values).tolist(),
+        "iterations": info.iterations,
+        "residual": info.residual,
+        "converged": info.converged,
+    }
 
 
 def torch_measurement(placement: str, T: int, d: int, method: str, k: int) -> dict:
@@ -122,9 +133,14 @@ def run_worker(spec: str) -> dict:
 
 def spawn(placement: str, T: int, d: int, method: str, k: int = 1) -> dict:
     """run_worker in a fresh Python; a worker that dies gives {"skipped": why}."""
-    cmd = [sys.executable, "-m", "benchmarks.jacobian_spectral",
-           f"--worker={placement},{T},{d},{method},{k}", f"--tol={_TOL.value}",
-           f"--head_dim={_HEAD_DIM.value}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.jacobian_spectral",
+        f"--worker={placement},{T},{d},{method},{k}",
+        f"--tol={_TOL.value}",
+        f"--head_dim={_HEAD_DIM.value}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no stderr"])[-1]
@@ -209,9 +225,11 @@ def cell(row: dict, key: str, width: int, spec: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'placement':9} {'n':>6} {'T x d':>8} {'method':11} {'k':>2} {'time s':>8} {'J s':>7} {'first s':>9} "
-            f"{'iters':>5} {'iter/fwd':>8} {'speedup':>7} {'rel err':>9} {'vs':>7} {'bound':>8} "
-            f"{'s_1':>8} {'s_k':>8} {'+MiB':>7} {'est MiB':>8}")
+    head = (
+        f"{'placement':9} {'n':>6} {'T x d':>8} {'method':11} {'k':>2} {'time s':>8} {'J s':>7} {'first s':>9} "
+        f"{'iters':>5} {'iter/fwd':>8} {'speedup':>7} {'rel err':>9} {'vs':>7} {'bound':>8} "
+        f"{'s_1':>8} {'s_k':>8} {'+MiB':>7} {'est MiB':>8}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         start = f"{r['placement']:9} {r['n']:>6} {str(r['T']) + 'x' + str(r['d']):>8} {r['method']:11} {r['k']:>2}"
@@ -220,12 +238,14 @@ def table(rows: list[dict]) -> str:
             continue
         bound = format(r["residual"], ".1e") if r["method"] == "lanczos" else "-"
         s_k = format(r["values"][-1], ".4f") if r["k"] > 1 else "-"
-        lines.append(f"{start} {cell(r, 'time_s', 8, '.3f')} {cell(r, 'jacobian_s', 7, '.3f')} "
-                     f"{cell(r, 'first_s', 9, '.2f')} "
-                     f"{cell(r, 'iterations', 5, 'd')} {cell(r, 'iter_over_forward', 8, '.2f')} "
-                     f"{cell(r, 'speedup', 7, '.1f')} {cell(r, 'rel_err', 9, '.1e')} {cell(r, 'ref', 7, '')} "
-                     f"{bound:>8} {r['values'][0]:8.4f} {s_k:>8} {cell(r, 'extra_mib', 7, '.0f')} "
-                     f"{cell(r, 'estimated_mib', 8, '.1f')}")
+        lines.append(
+            f"{start} {cell(r, 'time_s', 8, '.3f')} {cell(r, 'jacobian_s', 7, '.3f')} "
+            f"{cell(r, 'first_s', 9, '.2f')} "
+            f"{cell(r, 'iterations', 5, 'd')} {cell(r, 'iter_over_forward', 8, '.2f')} "
+            f"{cell(r, 'speedup', 7, '.1f')} {cell(r, 'rel_err', 9, '.1e')} {cell(r, 'ref', 7, '')} "
+            f"{bound:>8} {r['values'][0]:8.4f} {s_k:>8} {cell(r, 'extra_mib', 7, '.0f')} "
+            f"{cell(r, 'estimated_mib', 8, '.1f')}"
+        )
     return "\n".join(lines)
 
 
@@ -234,22 +254,36 @@ def target_lines(rows: list[dict]) -> list[str]:
     with rel err <= 1e-3; n = 65536 in under a minute, compile included."""
     lines = []
     for r in rows:
-        torch_row = next((t for t in rows if t["method"] == "torch_exact" and "time_s" in t and
-                          (t["placement"], t["n"], t["k"]) == (r["placement"], r["n"], r["k"])), None)
+        torch_row = next(
+            (
+                t
+                for t in rows
+                if t["method"] == "torch_exact"
+                and "time_s" in t
+                and (t["placement"], t["n"], t["k"]) == (r["placement"], r["n"], r["k"])
+            ),
+            None,
+        )
         if r["method"] == "exact" and "time_s" in r and torch_row:
             ratio = torch_row["time_s"] / r["time_s"]
-            lines.append(f"target exact vs torch.func n={r['n']} k={r['k']} {r['placement']}: torch / normjax "
-                         f"{ratio:.2f} (J alone {torch_row['jacobian_s'] / r['jacobian_s']:.2f}) -> "
-                         f"{'met' if ratio >= 1 else 'MISSED'}")
+            lines.append(
+                f"target exact vs torch.func n={r['n']} k={r['k']} {r['placement']}: torch / normjax "
+                f"{ratio:.2f} (J alone {torch_row['jacobian_s'] / r['jacobian_s']:.2f}) -> "
+                f"{'met' if ratio >= 1 else 'MISSED'}"
+            )
         if r["method"] not in MATRIX_FREE_METHODS or r["k"] != 1:
             continue
         if r["n"] == 4096 and "speedup" in r:
             ok = r["speedup"] >= 20 and r["rel_err"] <= 1e-3
-            lines.append(f"target n=4096 {r['placement']} {r['method']}: {r['speedup']:.0f}x, "
-                         f"rel err {r['rel_err']:.1e} -> {'met' if ok else 'MISSED'}")
+            lines.append(
+                f"target n=4096 {r['placement']} {r['method']}: {r['speedup']:.0f}x, "
+                f"rel err {r['rel_err']:.1e} -> {'met' if ok else 'MISSED'}"
+            )
         if r["n"] == 65536 and "time_s" in r:
-            lines.append(f"target n=65536 {r['placement']} {r['method']}: {r['first_s']:.1f} s "
-                         f"with compile -> {'met' if r['first_s'] < 60 else 'MISSED'}")
+            lines.append(
+                f"target n=65536 {r['placement']} {r['method']}: {r['first_s']:.1f} s "
+                f"with compile -> {'met' if r['first_s'] < 60 else 'MISSED'}"
+            )
     return lines
 
 
@@ -258,8 +292,10 @@ def check_methods() -> None:
     if unknown:
         raise app.UsageError(f"--methods: unknown {unknown}; choose from {METHODS}")
     if any(m.startswith("torch_") for m in _METHODS.value) and importlib.util.find_spec("torch") is None:
-        raise app.UsageError("the torch methods need PyTorch: pip install -r benchmarks/requirements.txt "
-                             "(or leave them out of --methods)")
+        raise app.UsageError(
+            "the torch methods need PyTorch: pip install -r benchmarks/requirements.txt "
+            "(or leave them out of --methods)"
+        )
 
 
 def main(argv):

@@ -31,8 +31,12 @@ class PlainRun:
 def warmup_cosine_adam(t: TrainConfig) -> optax.GradientTransformation:
     """Adam with linear warmup from warmup_init_lr to lr, then cosine decay to end_lr at num_steps."""
     schedule = optax.warmup_cosine_decay_schedule(
-        init_value=t.warmup_init_lr, peak_value=t.lr, warmup_steps=t.warmup_steps, decay_steps=t.num_steps,
-        end_value=t.end_lr)
+        init_value=t.warmup_init_lr,
+        peak_value=t.lr,
+        warmup_steps=t.warmup_steps,
+        decay_steps=t.num_steps,
+        end_value=t.end_lr,
+    )
     return optax.adam(schedule, b1=t.b1, b2=t.b2, eps=t.eps)
 
 

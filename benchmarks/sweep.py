@@ -53,10 +53,18 @@ def grid() -> list[SweepRun]:
     config = default_config()
     config.model.update(d_model=_D.value, num_heads=4, d_ff=2 * _D.value, num_layers=_LAYERS.value)
     config.data.update(max_len=24, num_train=5000, num_valid=64)
-    config.train.update(schedule="cosine", num_steps=steps, batch_size=32, log_every=_LOG_EVERY.value,
-                        eval_every=steps, checkpoint_every=steps, bleu_examples=0)
-    config.sweep.axes = sweep_axes({"train.lr": [float(x) for x in _LRS.value],
-                                    "train.warmup_steps": [int(x) for x in _WARMUPS.value]})
+    config.train.update(
+        schedule="cosine",
+        num_steps=steps,
+        batch_size=32,
+        log_every=_LOG_EVERY.value,
+        eval_every=steps,
+        checkpoint_every=steps,
+        bleu_examples=0,
+    )
+    config.sweep.axes = sweep_axes(
+        {"train.lr": [float(x) for x in _LRS.value], "train.warmup_steps": [int(x) for x in _WARMUPS.value]}
+    )
     return train.expand(config)
 
 
@@ -67,8 +75,13 @@ def run_plain(runs) -> tuple[dict, dict]:
     wall = time.perf_counter() - start
     first = np.mean([p.first_step_s for p in results.values()])
     rest = np.mean([p.wall_s - p.first_step_s for p in results.values()])
-    row = {"mode": "plain", "wall_s": wall, "compiles": sum(p.compiles for p in results.values()),
-           "first_step_s_per_run": first, "other_steps_s_per_run": rest}
+    row = {
+        "mode": "plain",
+        "wall_s": wall,
+        "compiles": sum(p.compiles for p in results.values()),
+        "first_step_s_per_run": first,
+        "other_steps_s_per_run": rest,
+    }
     return row, {name: p.losses for name, p in results.items()}
 
 
@@ -81,14 +94,25 @@ def run_engine(runs, vmap: bool) -> tuple[dict, dict]:
         start = time.perf_counter()
         result = train.run_sweep(runs, workdir, vmap=vmap, progress=False)
         wall = time.perf_counter() - start
-        curves = {r.name: [(m["step"], m["train/loss"]) for m in records.read_jsonl(f"{workdir}/{r.name}/metrics.jsonl")
-                           if "train/loss" in m] for r in runs}
+        curves = {
+            r.name: [
+                (m["step"], m["train/loss"])
+                for m in records.read_jsonl(f"{workdir}/{r.name}/metrics.jsonl")
+                if "train/loss" in m
+            ]
+            for r in runs
+        }
     diverged = [r["name"] for r in result["runs"] if r["summary"]["outcome"] != "ok"]
     if diverged:
         logging.warning("diverged runs (frozen from then on, unlike the plain loop): %s", ", ".join(diverged))
     seconds = [r["summary"]["wall_time_s"] for r in result["runs"]]
-    row = {"mode": "vmapped" if vmap else "engine", "wall_s": wall, "compiles": jitted._cache_size() - before,
-           "first_run_s": seconds[0], "other_runs_s": float(np.mean(seconds[1:] or seconds))}
+    row = {
+        "mode": "vmapped" if vmap else "engine",
+        "wall_s": wall,
+        "compiles": jitted._cache_size() - before,
+        "first_run_s": seconds[0],
+        "other_runs_s": float(np.mean(seconds[1:] or seconds)),
+    }
     return row, curves
 
 
@@ -152,8 +176,10 @@ def main(argv):
             row["max_rel_loss_diff"] = max_rel_diff(curves[row["mode"]], curves["plain"])
             if row["max_rel_loss_diff"] > _ROUND_OFF:
                 logging.warning("%s: losses differ from the plain loop's by more than float32 round-off", row["mode"])
-    print(f"{len(runs)} runs ({len(_LRS.value)} lrs x {len(_WARMUPS.value)} warmups) x {_STEPS.value} steps; "
-          f"speedup = {rows[0]['mode']} wall / this wall")
+    print(
+        f"{len(runs)} runs ({len(_LRS.value)} lrs x {len(_WARMUPS.value)} warmups) x {_STEPS.value} steps; "
+        f"speedup = {rows[0]['mode']} wall / this wall"
+    )
     print_table(rows)
     for row in rows:
         print(f"{row['mode']}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k in _DETAILS))

@@ -13,8 +13,7 @@ class SeedEncoderLayer(nn.Module):
     Pre:  x + Attn(LN1(x)), then x + FFN(LN2(x)).  Post: LN1(x + Attn(x)), then LN2(y + FFN(y)).
     """
 
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 pre: bool = True):
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1, pre: bool = True):
         super().__init__()
         self.pre = pre
         self.self_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=True)
@@ -47,8 +46,9 @@ def make_layer(kind: str, d_model: int, nhead: int, d_ff: int, dropout: float, p
     if kind == "seed":
         return SeedEncoderLayer(d_model, nhead, d_ff, dropout, pre=pre)
     if kind == "torch":
-        return nn.TransformerEncoderLayer(d_model, nhead, d_ff, dropout, activation="relu", batch_first=True,
-                                          norm_first=pre)
+        return nn.TransformerEncoderLayer(
+            d_model, nhead, d_ff, dropout, activation="relu", batch_first=True, norm_first=pre
+        )
     raise ValueError(f"unknown torch layer kind {kind!r}: 'seed' or 'torch'")
 
 
@@ -67,8 +67,18 @@ class TokenModel(nn.Module):
     The same network as a normjax encoder Transformer of this size.
     """
 
-    def __init__(self, kind: str, vocab: int, d_model: int, nhead: int, d_ff: int, layers: int, dropout: float,
-                 pre: bool, max_len: int):
+    def __init__(
+        self,
+        kind: str,
+        vocab: int,
+        d_model: int,
+        nhead: int,
+        d_ff: int,
+        layers: int,
+        dropout: float,
+        pre: bool,
+        max_len: int,
+    ):
         super().__init__()
         self.embedding = nn.Embedding(vocab, d_model)
         self.register_buffer("positions", sinusoidal_positions(max_len, d_model))

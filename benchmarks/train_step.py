@@ -34,9 +34,12 @@ import normjax
 
 _SIZES = flags.DEFINE_list("sizes", ["512x8x2048", "512x4x1024"], "d_model x heads x d_ff.")
 _PLACEMENTS = flags.DEFINE_list("placements", ["post", "pre"], "Placements (post or pre).")
-_IMPLS = flags.DEFINE_list("impls", ["normjax", "normjax_scan", "seed", "torch"],
-                           "normjax (layers in a Python loop), normjax_scan (scan_layers=True), seed (the seed's "
-                           "PyTorch layers), torch (nn.TransformerEncoderLayer).")
+_IMPLS = flags.DEFINE_list(
+    "impls",
+    ["normjax", "normjax_scan", "seed", "torch"],
+    "normjax (layers in a Python loop), normjax_scan (scan_layers=True), seed (the seed's "
+    "PyTorch layers), torch (nn.TransformerEncoderLayer).",
+)
 _LAYERS = flags.DEFINE_integer("layers", 6, "Encoder layers.")
 _BATCH = flags.DEFINE_integer("batch", 16, "Sequences per step.")
 _LEN = flags.DEFINE_integer("length", 64, "Tokens per sequence.")
@@ -74,8 +77,9 @@ def matmul_peak() -> dict:
     rates = {}
     for m, k, n in PEAK_SHAPES:
         a, b = jax.random.normal(jax.random.key(0), (m, k)), jax.random.normal(jax.random.key(1), (k, n))
-        rates[f"jax {m}x{k}x{n}"] = best_rate(partial(lambda a, b: dot(a, b).block_until_ready(), a, b),
-                                              2.0 * m * k * n)
+        rates[f"jax {m}x{k}x{n}"] = best_rate(
+            partial(lambda a, b: dot(a, b).block_until_ready(), a, b), 2.0 * m * k * n
+        )
         if use_torch:
             import torch
 
@@ -86,9 +90,18 @@ def matmul_peak() -> dict:
 
 def normjax_step(d, heads, d_ff, placement, scan, tokens, labels):
     """A zero-argument callable doing one normjax train step (state kept inside)."""
-    cfg = normjax.ModelConfig(arch="encoder", vocab_size=_VOCAB.value, d_model=d, num_heads=heads, d_ff=d_ff,
-                              num_layers=_LAYERS.value, placement=placement, dropout=_DROPOUT.value,
-                              max_len=_LEN.value, scan_layers=scan)
+    cfg = normjax.ModelConfig(
+        arch="encoder",
+        vocab_size=_VOCAB.value,
+        d_model=d,
+        num_heads=heads,
+        d_ff=d_ff,
+        num_layers=_LAYERS.value,
+        placement=placement,
+        dropout=_DROPOUT.value,
+        max_len=_LEN.value,
+        scan_layers=scan,
+    )
     graphdef, params, rest = nnx.split(normjax.Transformer(cfg, rngs=nnx.Rngs(0)), nnx.Param, ...)
     optimizer = optax.adam(1e-4)
     use_dropout = _DROPOUT.value > 0
@@ -121,8 +134,9 @@ def torch_step(kind, d, heads, d_ff, placement, tokens, labels):
     from benchmarks.torch_reference import TokenModel
 
     torch.manual_seed(0)
-    model = TokenModel(kind, _VOCAB.value, d, heads, d_ff, _LAYERS.value, _DROPOUT.value, placement == "pre",
-                       _LEN.value).train()
+    model = TokenModel(
+        kind, _VOCAB.value, d, heads, d_ff, _LAYERS.value, _DROPOUT.value, placement == "pre", _LEN.value
+    ).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     tokens_t = torch.from_numpy(np.asarray(tokens, np.int64))
     labels_t = torch.from_numpy(np.asarray(labels, np.int64)).reshape(-1)
@@ -193,26 +207,47 @@ def main(argv):
     print("matmul GFLOP/s: " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in peak_rates.items()))
     tokens = _BATCH.value * _LEN.value
     rows = []
-    print(f"{'size':>12} {'place':>5} {'impl':>12} {'step ms':>8} {'first s':>7} {'tok/s':>8} "
-          f"{'vs seed':>7} {'vs torch':>8} {'GFLOP/s':>7} {'% peak':>6}")
+    print(
+        f"{'size':>12} {'place':>5} {'impl':>12} {'step ms':>8} {'first s':>7} {'tok/s':>8} "
+        f"{'vs seed':>7} {'vs torch':>8} {'GFLOP/s':>7} {'% peak':>6}"
+    )
     for d, heads, d_ff in sizes:
         flops = model_flops(d, d_ff, _LAYERS.value, _BATCH.value, _LEN.value, _VOCAB.value)
         for placement in _PLACEMENTS.value:
             timings = time_interleaved(make_steps(d, heads, d_ff, placement))
             for impl, (step_s, first_s) in timings.items():
-                row = {"d_model": d, "heads": heads, "d_ff": d_ff, "placement": placement, "impl": impl,
-                       "step_s": step_s, "first_s": first_s, "tokens_per_s": tokens / step_s,
-                       "gflops": flops / step_s / 1e9, "peak_fraction": flops / step_s / peak}
+                row = {
+                    "d_model": d,
+                    "heads": heads,
+                    "d_ff": d_ff,
+                    "placement": placement,
+                    "impl": impl,
+                    "step_s": step_s,
+                    "first_s": first_s,
+                    "tokens_per_s": tokens / step_s,
+                    "gflops": flops / step_s / 1e9,
+                    "peak_fraction": flops / step_s / peak,
+                }
                 for ref in ("seed", "torch"):
                     row[f"vs_{ref}"] = timings[ref][0] / step_s if ref in timings else float("nan")
                 rows.append(row)
-                print(f"{f'{d}/{heads}/{d_ff}':>12} {placement:>5} {impl:>12} {1e3 * step_s:>8.1f} {first_s:>7.2f} "
-                      f"{row['tokens_per_s']:>8.0f} {row['vs_seed']:>7.2f} {row['vs_torch']:>8.2f} "
-                      f"{row['gflops']:>7.1f} {100 * row['peak_fraction']:>6.1f}")
+                print(
+                    f"{f'{d}/{heads}/{d_ff}':>12} {placement:>5} {impl:>12} {1e3 * step_s:>8.1f} {first_s:>7.2f} "
+                    f"{row['tokens_per_s']:>8.0f} {row['vs_seed']:>7.2f} {row['vs_torch']:>8.2f} "
+                    f"{row['gflops']:>7.1f} {100 * row['peak_fraction']:>6.1f}"
+                )
     if _JSON.value:
         with open(_JSON.value, "w") as f:
-            json.dump({"matmul_flops": peak_rates, "peak_flops": peak, "rows": rows,
-                       "machine": f"{os.cpu_count()} cores, jax {jax.__version__}"}, f, indent=2)
+            json.dump(
+                {
+                    "matmul_flops": peak_rates,
+                    "peak_flops": peak,
+                    "rows": rows,
+                    "machine": f"{os.cpu_count()} cores, jax {jax.__version__}",
+                },
+                f,
+                indent=2,
+            )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Admin's amplification: output change after a small update vs depth; profiled vs closed-form omega (L1, L2).
 
-  python -m experiments.amplification --config=experiments/configs/amplification.py:quick --workdir=results
+python -m experiments.amplification --config=experiments/configs/amplification.py:quick --workdir=results
 """
 
 from experiments import common

@@ -14,8 +14,11 @@ _FORCE = flags.DEFINE_bool("force", False, "Recompute even if WORKDIR/<name>/res
 def define_config(name: str):
     """The --config flag of experiment `name`, defaulting to its quick preset."""
     return config_flags.DEFINE_config_file(
-        "config", f"experiments/configs/{name}.py:quick",
-        f"Config file and preset (:quick or :paper) of {name}.", lock_config=True)
+        "config",
+        f"experiments/configs/{name}.py:quick",
+        f"Config file and preset (:quick or :paper) of {name}.",
+        lock_config=True,
+    )
 
 
 def run_main(name: str, config_flag, study) -> None:
@@ -24,8 +27,7 @@ def run_main(name: str, config_flag, study) -> None:
     def main(argv):
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-        runner.run_study(name, _WORKDIR.value, config_flag.value, study.compute, study.plot,
-                         force=_FORCE.value)
+        runner.run_study(name, _WORKDIR.value, config_flag.value, study.compute, study.plot, force=_FORCE.value)
 
     app.run(main)
 

@@ -1,6 +1,6 @@
 """Train-step time, memory, parameters and FLOPs per placement at equal size (claim S6).
 
-  python -m experiments.cost --config=experiments/configs/cost.py:quick --workdir=results
+python -m experiments.cost --config=experiments/configs/cost.py:quick --workdir=results
 """
 
 from experiments import common

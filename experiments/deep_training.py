@@ -1,6 +1,6 @@
 """Deep Post-LN vs DeepNorm without warmup: early model update, LN inputs, vanishing gradients (D1-D3, S7, R3, R6).
 
-  python -m experiments.deep_training --config=experiments/configs/deep_training.py:quick --workdir=results
+python -m experiments.deep_training --config=experiments/configs/deep_training.py:quick --workdir=results
 """
 
 from experiments import common

@@ -1,6 +1,6 @@
 """The last and first layers' FFN gradients at init vs depth, post vs pre (claims X5, S2).
 
-  python -m experiments.depth_scaling --config=experiments/configs/depth_scaling.py:quick
+python -m experiments.depth_scaling --config=experiments/configs/depth_scaling.py:quick
 """
 
 from experiments import common

@@ -26,8 +26,9 @@ def main(argv):
     except (TypeError, ValueError) as e:
         print(f"diagnose: invalid config.model: {e}", file=sys.stderr)
         sys.exit(2)
-    saved = runner.run_study("diagnose", flags.FLAGS.workdir, config, diagnose.compute, diagnose.plot,
-                             force=flags.FLAGS.force)
+    saved = runner.run_study(
+        "diagnose", flags.FLAGS.workdir, config, diagnose.compute, diagnose.plot, force=flags.FLAGS.force
+    )
     print(diagnose_report.format_table(saved["results"]))
 
 

@@ -1,6 +1,6 @@
 """Per-layer FFN gradient norms at init, post vs pre vs mixln (claims X6, L3, R5, S1, S3).
 
-  python -m experiments.grad_norms_at_init --config=experiments/configs/grad_norms_at_init.py:quick
+python -m experiments.grad_norms_at_init --config=experiments/configs/grad_norms_at_init.py:quick
 """
 
 from experiments import common

@@ -1,6 +1,6 @@
 """Residual-stream and norm-input norms at init, theory vs real model (claims X3, S4, R4).
 
-  python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:quick --workdir=results
+python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:quick --workdir=results
 """
 
 from experiments import common

@@ -1,6 +1,6 @@
 """Input-output Jacobian spectra and per-block norms at init (claims R1, R2, S3, S7).
 
-  python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_spectrum.py:quick --workdir=results
+python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_spectrum.py:quick --workdir=results
 """
 
 from experiments import common

@@ -1,6 +1,6 @@
 """sigma at every norm site and ||dLN/dz|| (closed form, autodiff) vs depth (X4, S1, S2, X1).
 
-  python -m experiments.ln_jacobian --config=experiments/configs/ln_jacobian.py:quick
+python -m experiments.ln_jacobian --config=experiments/configs/ln_jacobian.py:quick
 """
 
 from experiments import common

@@ -34,8 +34,9 @@ def main(argv):
         result = warmup_ablation.run_grid(_CONFIG.value, _WORKDIR.value, shard, progress=_PROGRESS.value)
     print(train.format_table(result))
     if all(run["status"] == "done" for run in result["runs"]):
-        runner.run_study("warmup_ablation", "", _CONFIG.value, warmup_ablation.compute, warmup_ablation.plot,
-                         folder=_WORKDIR.value)
+        runner.run_study(
+            "warmup_ablation", "", _CONFIG.value, warmup_ablation.compute, warmup_ablation.plot, folder=_WORKDIR.value
+        )
 
 
 if __name__ == "__main__":

@@ -26,15 +26,15 @@ class BlockContext:
 
 def norm_factory(cfg: ModelConfig):
     """make_norm with the config's kind, eps, DyT alpha and dtype bound: call it with the width d."""
-    return functools.partial(make_norm, cfg.norm, eps=cfg.norm_eps, dyt_alpha=cfg.dyt_alpha,
-                             param_dtype=jnp.dtype(cfg.param_dtype))
+    return functools.partial(
+        make_norm, cfg.norm, eps=cfg.norm_eps, dyt_alpha=cfg.dyt_alpha, param_dtype=jnp.dtype(cfg.param_dtype)
+    )
 
 
 class Sublayer(nnx.Module):
     """A branch F (attention or MLP) and the norms, constants and gate its placement wires around it."""
 
-    def __init__(self, cfg: ModelConfig, name: str, placement: str, branch: nnx.Module, init,
-                 *, shared_gate: bool):
+    def __init__(self, cfg: ModelConfig, name: str, placement: str, branch: nnx.Module, init, *, shared_gate: bool):
         wiring = placements.wiring(placement, name)
         self.name, self.wire = name, wiring.fn
         self.branch = branch
@@ -70,15 +70,31 @@ class Block(nnx.Module):
         def attention(name):
             qkv = placements.wiring(placement, name).qkv_norm
             norm_kwargs = dict(eps=cfg.norm_eps, dyt_alpha=cfg.dyt_alpha, param_dtype=pdt)
-            branch = Attention(cfg.d_model, cfg.num_heads, init.gains, init_fn=init_fn,
-                               norm_kind=cfg.norm if qkv else None, norm_kwargs=norm_kwargs,
-                               dtype=dt, param_dtype=pdt, rngs=rngs)
+            branch = Attention(
+                cfg.d_model,
+                cfg.num_heads,
+                init.gains,
+                init_fn=init_fn,
+                norm_kind=cfg.norm if qkv else None,
+                norm_kwargs=norm_kwargs,
+                dtype=dt,
+                param_dtype=pdt,
+                rngs=rngs,
+            )
             return Sublayer(cfg, name, placement, branch, init, shared_gate=shared)
 
         self.attn = attention("attn")
         self.cross = attention("cross") if cfg.has_cross_attention(stack) else None
-        mlp = MLP(cfg.d_model, cfg.d_ff, init.gains, init_fn=init_fn, activation=cfg.activation,
-                  dtype=dt, param_dtype=pdt, rngs=rngs)
+        mlp = MLP(
+            cfg.d_model,
+            cfg.d_ff,
+            init.gains,
+            init_fn=init_fn,
+            activation=cfg.activation,
+            dtype=dt,
+            param_dtype=pdt,
+            rngs=rngs,
+        )
         self.ffn = Sublayer(cfg, "ffn", placement, mlp, init, shared_gate=shared)
 
     def sublayers(self) -> tuple[Sublayer, ...]:
@@ -96,8 +112,7 @@ class Block(nnx.Module):
             elif sublayer.name == "attn":
                 out = sublayer.branch(h, h, ctx.self_bias, record=rec, dropout_rate=rate, key=keys[0])
             else:
-                out = sublayer.branch(h, ctx.memory, ctx.cross_bias, record=rec, dropout_rate=rate,
-                                      key=keys[0])
+                out = sublayer.branch(h, ctx.memory, ctx.cross_bias, record=rec, dropout_rate=rate, key=keys[0])
             records[f"{sublayer.name}.out"] = out
             return dropout(out, rate, keys[1])
 

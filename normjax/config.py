@@ -7,8 +7,18 @@ import math
 
 ARCHS = ("decoder", "encoder", "encoder_decoder")
 PLACEMENTS = (
-    "post", "pre", "sandwich", "branch_post", "deepnorm", "admin", "rezero",
-    "layerscale", "skipinit", "tfixup", "mixln", "hybrid",
+    "post",
+    "pre",
+    "sandwich",
+    "branch_post",
+    "deepnorm",
+    "admin",
+    "rezero",
+    "layerscale",
+    "skipinit",
+    "tfixup",
+    "mixln",
+    "hybrid",
 )
 # Placements that name one wiring per layer (mixln is a recipe that resolves to post/pre per layer).
 LAYER_PLACEMENTS = tuple(p for p in PLACEMENTS if p != "mixln")
@@ -81,8 +91,11 @@ class ModelConfig:
             _check_positive_int(name, getattr(self, name))
         if self.num_decoder_layers is not None:
             if self.arch != "encoder_decoder":
-                _fail("num_decoder_layers", self.num_decoder_layers,
-                      "only encoder_decoder has a separate decoder depth; leave it None")
+                _fail(
+                    "num_decoder_layers",
+                    self.num_decoder_layers,
+                    "only encoder_decoder has a separate decoder depth; leave it None",
+                )
             _check_positive_int("num_decoder_layers", self.num_decoder_layers)
         if self.d_model % self.num_heads:
             _fail("num_heads", self.num_heads, f"must divide d_model={self.d_model}")
@@ -110,8 +123,12 @@ class ModelConfig:
         if self.scan_layers:
             for stack in self.stacks:
                 if len(set(self.layer_placements(stack))) > 1:
-                    _fail("scan_layers", True, f"needs one placement for every {stack} layer; "
-                          f"got {self.layer_placements(stack)} (use scan_layers=False)")
+                    _fail(
+                        "scan_layers",
+                        True,
+                        f"needs one placement for every {stack} layer; "
+                        f"got {self.layer_placements(stack)} (use scan_layers=False)",
+                    )
 
     def _check_placement(self):
         total = self.num_layers + (self.decoder_layers if self.arch == "encoder_decoder" else 0)
@@ -121,9 +138,11 @@ class ModelConfig:
         if not isinstance(self.placement, tuple | list):
             _fail("placement", self.placement, "must be a name or a tuple of names, one per layer")
         if len(self.placement) != total:
-            _fail("placement", self.placement,
-                  f"a per-layer tuple needs {total} entries (one per layer, encoder first), "
-                  f"got {len(self.placement)}")
+            _fail(
+                "placement",
+                self.placement,
+                f"a per-layer tuple needs {total} entries (one per layer, encoder first), got {len(self.placement)}",
+            )
         for name in self.placement:
             if name not in LAYER_PLACEMENTS:
                 _fail("placement", name, f"per-layer entries must be one of {LAYER_PLACEMENTS}")
@@ -137,8 +156,7 @@ class ModelConfig:
     @property
     def stacks(self) -> tuple[str, ...]:
         """The stack names of this topology, in call order."""
-        return {"decoder": ("decoder",), "encoder": ("encoder",),
-                "encoder_decoder": ("encoder", "decoder")}[self.arch]
+        return {"decoder": ("decoder",), "encoder": ("encoder",), "encoder_decoder": ("encoder", "decoder")}[self.arch]
 
     def stack_depth(self, stack: str) -> int:
         """Number of blocks in `stack`."""
@@ -158,7 +176,7 @@ class ModelConfig:
         depth = self.stack_depth(stack)
         if isinstance(self.placement, tuple):
             offset = self.num_layers if (self.arch == "encoder_decoder" and stack == "decoder") else 0
-            return self.placement[offset:offset + depth]
+            return self.placement[offset : offset + depth]
         if self.placement == "mixln":
             num_post = math.floor(self.mixln_fraction * depth)
             return ("post",) * num_post + ("pre",) * (depth - num_post)

@@ -14,8 +14,7 @@ BRANCH_VALUE_WEIGHTS = ("value", "out", "fc1", "fc2")  # DeepNorm beta and T-Fix
 BRANCH_OUTPUT_WEIGHTS = ("out", "fc2")  # GPT-2's 1/sqrt(N) scales the projections into the stream
 
 
-def deepnorm_constants(arch: str, stack: str, num_encoder_layers: int,
-                       num_decoder_layers: int) -> tuple[float, float]:
+def deepnorm_constants(arch: str, stack: str, num_encoder_layers: int, num_decoder_layers: int) -> tuple[float, float]:
     """(alpha, beta) of DeepNorm (Wang et al. 2022, Table 1) for one stack.
 
     Encoder-only: alpha = (2N)^(1/4), beta = (8N)^(-1/4). Decoder-only: alpha = (2M)^(1/4),
@@ -105,8 +104,7 @@ def block_init(cfg: ModelConfig, stack: str, placement: str) -> BlockInit:
     if placement == "admin":
         omega = cfg.admin_omega if cfg.admin_omega is not None else admin_omega(num_sublayers)
     if placement == "layerscale":
-        gate = (cfg.layerscale_init if cfg.layerscale_init is not None
-                else cait_layerscale_init(cfg.stack_depth(stack)))
+        gate = cfg.layerscale_init if cfg.layerscale_init is not None else cait_layerscale_init(cfg.stack_depth(stack))
     if cfg.branch_scaling == "gpt2":
         for name in BRANCH_OUTPUT_WEIGHTS:
             gains[name] *= gpt2_scale(num_sublayers)

@@ -18,8 +18,9 @@ def dropout(x, rate: float, key):
 
 
 def _linear(d_in, d_out, init, *, dtype, param_dtype, rngs):
-    return nnx.Linear(d_in, d_out, kernel_init=init, bias_init=nnx.initializers.zeros,
-                      dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    return nnx.Linear(
+        d_in, d_out, kernel_init=init, bias_init=nnx.initializers.zeros, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+    )
 
 
 def attention_bias(key_mask_BS, num_queries: int, num_keys: int, *, causal: bool, dtype):
@@ -44,16 +45,30 @@ class Attention(nnx.Module):
     `record(site, z)` sees every norm input.
     """
 
-    def __init__(self, d_model, num_heads, gains, *, init_fn, norm_kind=None, norm_kwargs=None,
-                 dtype=jnp.float32, param_dtype=jnp.float32, rngs):
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        gains,
+        *,
+        init_fn,
+        norm_kind=None,
+        norm_kwargs=None,
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+        rngs,
+    ):
         self.num_heads = num_heads
         lin = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.query = _linear(d_model, d_model, init_fn(gains["query"]), **lin)
         self.key = _linear(d_model, d_model, init_fn(gains["key"]), **lin)
         self.value = _linear(d_model, d_model, init_fn(gains["value"]), **lin)
         self.out = _linear(d_model, d_model, init_fn(gains["out"]), **lin)
-        self.qkv_norm = None if norm_kind is None else nnx.Dict(
-            {n: make_norm(norm_kind, d_model, **(norm_kwargs or {})) for n in ("q", "k", "v")})
+        self.qkv_norm = (
+            None
+            if norm_kind is None
+            else nnx.Dict({n: make_norm(norm_kind, d_model, **(norm_kwargs or {})) for n in ("q", "k", "v")})
+        )
 
     def __call__(self, x_BTD, memory_BSD, bias_B1TS, *, record, dropout_rate=0.0, key=None):
         q, k, v = self.query(x_BTD), self.key(memory_BSD), self.value(memory_BSD)
@@ -79,8 +94,9 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
     """fc2(act(fc1(x))), the position-wise feed-forward branch."""
 
-    def __init__(self, d_model, d_ff, gains, *, init_fn, activation="relu", dtype=jnp.float32,
-                 param_dtype=jnp.float32, rngs):
+    def __init__(
+        self, d_model, d_ff, gains, *, init_fn, activation="relu", dtype=jnp.float32, param_dtype=jnp.float32, rngs
+    ):
         lin = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.fc1 = _linear(d_model, d_ff, init_fn(gains["fc1"]), **lin)
         self.fc2 = _linear(d_ff, d_model, init_fn(gains["fc2"]), **lin)

@@ -31,8 +31,14 @@ class Embedder(nnx.Module):
     def __init__(self, cfg: ModelConfig, stack: str, *, rngs: nnx.Rngs):
         d, pdt = cfg.d_model, jnp.dtype(cfg.param_dtype)
         std = d**-0.5 * embedding_scale(cfg, stack)
-        self.table = nnx.Embed(cfg.vocab_size, d, embedding_init=nnx.initializers.normal(std),
-                               param_dtype=pdt, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
+        self.table = nnx.Embed(
+            cfg.vocab_size,
+            d,
+            embedding_init=nnx.initializers.normal(std),
+            param_dtype=pdt,
+            dtype=jnp.dtype(cfg.dtype),
+            rngs=rngs,
+        )
         self.scale = math.sqrt(d)
         self.dropout_rate = cfg.dropout
         if cfg.pos_encoding == "learned":
@@ -79,8 +85,7 @@ class Stack(nnx.Module):
         graphdef, state = nnx.split(self.layers)
         return nnx.merge(graphdef, jax.tree.map(lambda a: a[l], state), copy=True)
 
-    def run_blocks(self, x, ctx: BlockContext, key=None, start: int = 0, stop: int | None = None,
-                   record: bool = False):
+    def run_blocks(self, x, ctx: BlockContext, key=None, start: int = 0, stop: int | None = None, record: bool = False):
         """(x_stop, records): blocks start..stop-1; records[l] is {site: array} when `record`."""
         stop = self.depth if stop is None else stop
         layer_keys = None if key is None else jax.random.split(key, self.depth)
@@ -132,10 +137,15 @@ class Transformer(nnx.Module):
         self.embedders = nnx.Dict({s: Embedder(cfg, s, rngs=rngs) for s in cfg.stacks})
         self.head = None
         if not cfg.tie_embeddings:
-            self.head = nnx.Linear(cfg.d_model, cfg.vocab_size, use_bias=False,
-                                   kernel_init=nnx.initializers.variance_scaling(1.0, "fan_avg", "normal"),
-                                   dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype),
-                                   rngs=rngs)
+            self.head = nnx.Linear(
+                cfg.d_model,
+                cfg.vocab_size,
+                use_bias=False,
+                kernel_init=nnx.initializers.variance_scaling(1.0, "fan_avg", "normal"),
+                dtype=jnp.dtype(cfg.dtype),
+                param_dtype=jnp.dtype(cfg.param_dtype),
+                rngs=rngs,
+            )
 
     # -- contexts -----------------------------------------------------------------------------------
     def context(self, stack: str, tokens_BT, mask_BT=None, memory_BSD=None, memory_mask_BS=None):
@@ -165,8 +175,7 @@ class Transformer(nnx.Module):
         return x_BTD @ table.T.astype(x_BTD.dtype)
 
     # -- forward ------------------------------------------------------------------------------------
-    def forward(self, *inputs, padding_mask=None, src_mask=None, tgt_mask=None, dropout_rng=None,
-                record: bool = False):
+    def forward(self, *inputs, padding_mask=None, src_mask=None, tgt_mask=None, dropout_rng=None, record: bool = False):
         """(logits, traces): traces[stack] = (records per block, final-norm input) when `record`."""
         cfg = self.cfg
         if cfg.arch == "encoder_decoder":
@@ -186,8 +195,9 @@ class Transformer(nnx.Module):
         return self.logits(out), traces
 
     def __call__(self, *inputs, padding_mask=None, src_mask=None, tgt_mask=None, dropout_rng=None):
-        return self.forward(*inputs, padding_mask=padding_mask, src_mask=src_mask, tgt_mask=tgt_mask,
-                            dropout_rng=dropout_rng)[0]
+        return self.forward(
+            *inputs, padding_mask=padding_mask, src_mask=src_mask, tgt_mask=tgt_mask, dropout_rng=dropout_rng
+        )[0]
 
     def encode(self, src_BS, src_mask=None, dropout_rng=None):
         """Encoder memory (B, S, D) of an encoder_decoder model."""

@@ -70,9 +70,11 @@ WIRINGS = {
     "tfixup": Wiring(plain_residual, norms=0),
 }
 # HybridNorm (Zhuo 2025) wires attention and FFN differently: QKV-norm inside attention, Post-LN on the FFN.
-HYBRID = {"attn": Wiring(plain_residual, norms=0, qkv_norm=True),
-          "cross": Wiring(plain_residual, norms=0, qkv_norm=True),
-          "ffn": WIRINGS["post"]}
+HYBRID = {
+    "attn": Wiring(plain_residual, norms=0, qkv_norm=True),
+    "cross": Wiring(plain_residual, norms=0, qkv_norm=True),
+    "ffn": WIRINGS["post"],
+}
 
 
 def wiring(placement: str, sublayer: str) -> Wiring:
@@ -80,6 +82,7 @@ def wiring(placement: str, sublayer: str) -> Wiring:
     if placement == "hybrid":
         return HYBRID[sublayer]
     if placement not in WIRINGS:
-        raise ValueError(f"unknown per-layer placement {placement!r}: valid choices are "
-                         f"{', '.join(sorted(WIRINGS) + ['hybrid'])}")
+        raise ValueError(
+            f"unknown per-layer placement {placement!r}: valid choices are {', '.join(sorted(WIRINGS) + ['hybrid'])}"
+        )
     return WIRINGS[placement]

@@ -10,9 +10,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 PLACEMENT_COLORS = {
-    "post": "#d62728", "pre": "#1f77b4", "sandwich": "#9467bd", "branch_post": "#8c564b",
-    "deepnorm": "#ff7f0e", "admin": "#2ca02c", "rezero": "#17becf", "layerscale": "#bcbd22",
-    "skipinit": "#7f7f7f", "tfixup": "#e377c2", "mixln": "#393b79", "hybrid": "#637939",
+    "post": "#d62728",
+    "pre": "#1f77b4",
+    "sandwich": "#9467bd",
+    "branch_post": "#8c564b",
+    "deepnorm": "#ff7f0e",
+    "admin": "#2ca02c",
+    "rezero": "#17becf",
+    "layerscale": "#bcbd22",
+    "skipinit": "#7f7f7f",
+    "tfixup": "#e377c2",
+    "mixln": "#393b79",
+    "hybrid": "#637939",
 }
 THEORY_STYLE = dict(color="black", linestyle="--", linewidth=1.2)
 
@@ -24,8 +33,9 @@ def color(placement: str) -> str:
 
 def figure(ncols: int = 1, nrows: int = 1, width: float = 4.2, height: float = 3.2):
     """(fig, axes) in the house style; axes is always a flat list."""
-    plt.rcParams.update({"font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
-                         "axes.spines.top": False, "axes.spines.right": False})
+    plt.rcParams.update(
+        {"font.size": 9, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
+    )
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     return fig, [ax for row in axes for ax in row]
 

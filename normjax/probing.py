@@ -60,12 +60,17 @@ def probe(model: Transformer, *inputs, **masks) -> tuple[jax.Array, dict[str, St
 def _stack_probes(model: Transformer, stack: str, records: list, final_input) -> StackProbes:
     split = [split_records({k: v for k, v in rec.items() if k != "stream"}) for rec in records]
     has_final = model.stacks[stack].final_norm is not None
-    return StackProbes([rec["stream"] for rec in records] + [final_input], [s[0] for s in split],
-                       [s[1] for s in split], final_input if has_final else None)
+    return StackProbes(
+        [rec["stream"] for rec in records] + [final_input],
+        [s[0] for s in split],
+        [s[1] for s in split],
+        final_input if has_final else None,
+    )
 
 
-def probe_stream(model: Transformer, x0_BTD, stack: str | None = None,
-                 context: BlockContext | None = None) -> StackProbes:
+def probe_stream(
+    model: Transformer, x0_BTD, stack: str | None = None, context: BlockContext | None = None
+) -> StackProbes:
     """StackProbes of `stack` fed the stream x0 (B, T, D) directly instead of embedded tokens.
 
     For analysis in the theory setting (e.g. Gaussian inputs with E||x||^2 = d); `context` as for
@@ -88,8 +93,9 @@ def embed(model: Transformer, tokens_BT, stack: str | None = None):
     return model.embedders[_stack_name(model, stack)](tokens_BT)
 
 
-def block_context(model: Transformer, *inputs, stack: str | None = None, padding_mask=None,
-                  src_mask=None, tgt_mask=None) -> BlockContext:
+def block_context(
+    model: Transformer, *inputs, stack: str | None = None, padding_mask=None, src_mask=None, tgt_mask=None
+) -> BlockContext:
     """The BlockContext of `stack` for these inputs (masks; encoder memory for a seq2seq decoder)."""
     stack = _stack_name(model, stack)
     if model.cfg.arch != "encoder_decoder":
@@ -108,8 +114,10 @@ def _pure(model: Transformer, stack: str | None, context: BlockContext | None, b
     """f(x) = body(module copy, stack name, x (B, T, D), ctx), accepting (T, D) or (B, T, D)."""
     stack = _stack_name(model, stack)
     if context is None and model.cfg.has_cross_attention(stack):
-        raise ValueError("a seq2seq decoder block needs a context with the encoder memory: "
-                         "pass context=normjax.block_context(model, src, tgt, stack='decoder')")
+        raise ValueError(
+            "a seq2seq decoder block needs a context with the encoder memory: "
+            "pass context=normjax.block_context(model, src, tgt, stack='decoder')"
+        )
     graphdef, state = nnx.split(model)
     causal = model.stacks[stack].causal
 
@@ -126,14 +134,14 @@ def _pure(model: Transformer, stack: str | None, context: BlockContext | None, b
     return f
 
 
-def block_fn(model: Transformer, l: int, stack: str | None = None,
-             context: BlockContext | None = None):
+def block_fn(model: Transformer, l: int, stack: str | None = None, context: BlockContext | None = None):
     """Block l of `stack` as a pure function x -> y of (T, D) or (B, T, D), deterministic."""
     return _pure(model, stack, context, lambda m, s, x, ctx: m.stacks[s].block(l)(x, ctx)[0])
 
 
-def sublayer_fn(model: Transformer, l: int, sublayer: str, stack: str | None = None,
-                context: BlockContext | None = None):
+def sublayer_fn(
+    model: Transformer, l: int, sublayer: str, stack: str | None = None, context: BlockContext | None = None
+):
     """x -> x after sublayer ("attn", "cross" or "ffn") of block l, wired as the block's placement says."""
 
     def body(m, s, x, ctx):
@@ -146,11 +154,15 @@ def sublayer_fn(model: Transformer, l: int, sublayer: str, stack: str | None = N
     return _pure(model, stack, context, body)
 
 
-def stack_fn(model: Transformer, start: int = 0, stop: int | None = None, stack: str | None = None,
-             context: BlockContext | None = None):
+def stack_fn(
+    model: Transformer,
+    start: int = 0,
+    stop: int | None = None,
+    stack: str | None = None,
+    context: BlockContext | None = None,
+):
     """x_start -> x_stop through blocks start..stop-1 (default stop: the last block; no final norm)."""
-    return _pure(model, stack, context,
-                 lambda m, s, x, ctx: m.stacks[s].run_blocks(x, ctx, start=start, stop=stop)[0])
+    return _pure(model, stack, context, lambda m, s, x, ctx: m.stacks[s].run_blocks(x, ctx, start=start, stop=stop)[0])
 
 
 def layer_params(tree: nnx.State, model: Transformer, stack: str | None = None) -> list[dict]:
@@ -170,7 +182,7 @@ def layer_params(tree: nnx.State, model: Transformer, stack: str | None = None) 
 
 
 def _param_name(path) -> str:
-    """"ffn/fc1/kernel" for the path ("ffn", "branch", "fc1", "kernel"): the branch module is elided."""
+    """ "ffn/fc1/kernel" for the path ("ffn", "branch", "fc1", "kernel"): the branch module is elided."""
     return "/".join(str(p) for p in path if p != "branch")
 
 
@@ -186,8 +198,11 @@ def profile_admin(model: Transformer, *inputs, **masks) -> dict[str, list[dict[s
     src_mask = masks.get("src_mask")
     for i, stack in enumerate(stack_names(model)):
         tokens = inputs[i] if cfg.arch == "encoder_decoder" else inputs[0]
-        mask = masks.get("padding_mask") if cfg.arch != "encoder_decoder" else (
-            src_mask if stack == "encoder" else masks.get("tgt_mask"))
+        mask = (
+            masks.get("padding_mask")
+            if cfg.arch != "encoder_decoder"
+            else (src_mask if stack == "encoder" else masks.get("tgt_mask"))
+        )
         ctx = block_context(model, *inputs, stack=stack, **masks)
         weight = jnp.ones(tokens.shape, bool) if mask is None else mask
 

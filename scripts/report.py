@@ -1,6 +1,6 @@
 """Build WORKDIR/REPORT.md from the experiments' results.json files.
 
-  python scripts/report.py --workdir=results
+python scripts/report.py --workdir=results
 """
 
 from absl import app, flags

@@ -41,8 +41,7 @@ def test_mixln_resolves_post_then_pre():
 
 def test_per_layer_tuple_splits_encoder_then_decoder():
     placement = ("post", "pre", "rezero", "deepnorm", "admin")
-    cfg = normjax.ModelConfig(arch="encoder_decoder", num_layers=2, num_decoder_layers=3,
-                              placement=placement)
+    cfg = normjax.ModelConfig(arch="encoder_decoder", num_layers=2, num_decoder_layers=3, placement=placement)
     assert cfg.layer_placements("encoder") == ("post", "pre")
     assert cfg.layer_placements("decoder") == ("rezero", "deepnorm", "admin")
 

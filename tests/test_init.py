@@ -14,10 +14,8 @@ from normjax.init import cait_layerscale_init
 
 def test_deepnorm_constants_match_the_paper():
     # Encoder-only N = 6 (Wang et al. 2022, Table 1): alpha = 12^(1/4), beta = 48^(-1/4).
-    assert normjax.deepnorm_constants("encoder", "encoder", 6, 0) == pytest.approx((1.8612, 0.3799),
-                                                                                     abs=1e-4)
-    assert normjax.deepnorm_constants("decoder", "decoder", 0, 12) == pytest.approx(
-        (24**0.25, 96**-0.25))
+    assert normjax.deepnorm_constants("encoder", "encoder", 6, 0) == pytest.approx((1.8612, 0.3799), abs=1e-4)
+    assert normjax.deepnorm_constants("decoder", "decoder", 0, 12) == pytest.approx((24**0.25, 96**-0.25))
     N, M = 6, 6
     enc = normjax.deepnorm_constants("encoder_decoder", "encoder", N, M)
     dec = normjax.deepnorm_constants("encoder_decoder", "decoder", N, M)
@@ -51,8 +49,7 @@ XAVIER = math.sqrt(2 / (256 + 256))
 
 
 def test_deepnorm_init_scales_ffn_value_out_but_not_query_key():
-    model = normjax.Transformer(normjax.ModelConfig(arch="encoder", placement="deepnorm", **WIDE),
-                                rngs=nnx.Rngs(0))
+    model = normjax.Transformer(normjax.ModelConfig(arch="encoder", placement="deepnorm", **WIDE), rngs=nnx.Rngs(0))
     alpha, beta = normjax.deepnorm_constants("encoder", "encoder", 6, 0)
     block = model.stacks["encoder"].block(3)
     assert block.attn.alpha == pytest.approx(alpha) and block.ffn.alpha == pytest.approx(alpha)
@@ -71,7 +68,8 @@ def test_encoder_decoder_deepnorm_uses_each_halfs_constants():
         assert block.ffn.alpha == pytest.approx(alpha)
         assert _std(block, "ffn/branch/fc2") == pytest.approx(beta * XAVIER, rel=0.02)
     assert _std(model.stacks["decoder"].block(0), "cross/branch/value") == pytest.approx(
-        normjax.deepnorm_constants("encoder_decoder", "decoder", 6, 6)[1] * XAVIER, rel=0.02)
+        normjax.deepnorm_constants("encoder_decoder", "decoder", 6, 6)[1] * XAVIER, rel=0.02
+    )
 
 
 def test_tfixup_scales_branches_and_embeddings():
@@ -79,15 +77,13 @@ def test_tfixup_scales_branches_and_embeddings():
     model = normjax.Transformer(cfg, rngs=nnx.Rngs(0))
     for stack in ("encoder", "decoder"):
         factor = normjax.tfixup_scale("encoder_decoder", stack, 6, 6)
-        assert _std(model.stacks[stack].block(0), "ffn/branch/fc1") == pytest.approx(
-            factor * XAVIER, rel=0.02)
+        assert _std(model.stacks[stack].block(0), "ffn/branch/fc1") == pytest.approx(factor * XAVIER, rel=0.02)
         table = model.embedders[stack].table.embedding[...]
         assert float(jnp.std(table)) == pytest.approx(factor / 16, rel=0.05)  # d^-1/2 = 1/16
 
 
 def test_gpt2_scaling_touches_only_the_projections_into_the_stream():
-    model = normjax.Transformer(normjax.ModelConfig(placement="pre", branch_scaling="gpt2", **WIDE),
-                                rngs=nnx.Rngs(0))
+    model = normjax.Transformer(normjax.ModelConfig(placement="pre", branch_scaling="gpt2", **WIDE), rngs=nnx.Rngs(0))
     block, scale = model.stacks["decoder"].block(0), 1 / math.sqrt(12)
     assert _std(block, "attn/branch/out") == pytest.approx(scale * XAVIER, rel=0.02)
     assert _std(block, "ffn/branch/fc2") == pytest.approx(scale * XAVIER, rel=0.02)

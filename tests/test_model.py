@@ -23,7 +23,7 @@ def test_decoder_is_causal(placement, arch):
     J = jax.jit(jax.jacrev(normjax.stack_fn(model, stack="decoder", context=ctx)))(x)  # (B,T,D,B,T,D)
     T = x.shape[1]
     for t in range(T):
-        assert float(jnp.abs(J[:, t, :, :, t + 1:, :]).max(initial=0.0)) == 0.0
+        assert float(jnp.abs(J[:, t, :, :, t + 1 :, :]).max(initial=0.0)) == 0.0
         assert float(jnp.abs(J[0, t, :, 0, : t + 1, :]).max()) > 0.0
     # End to end: changing a later token leaves earlier logits bit-identical.
     changed = inputs[-1].at[:, 3].set((inputs[-1][:, 3] + 1) % 23)
@@ -70,8 +70,11 @@ def test_scan_equals_loop(placement, arch):
         for a, b in zip(p_loop[stack].streams, p_scan[stack].streams, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
         assert p_loop[stack].norm_inputs[1].keys() == p_scan[stack].norm_inputs[1].keys()
-    for a, b in zip(normjax.layer_params(nnx.state(loop, nnx.Param), loop),
-                    normjax.layer_params(nnx.state(scan, nnx.Param), scan), strict=True):
+    for a, b in zip(
+        normjax.layer_params(nnx.state(loop, nnx.Param), loop),
+        normjax.layer_params(nnx.state(scan, nnx.Param), scan),
+        strict=True,
+    ):
         assert a.keys() == b.keys()
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
@@ -80,8 +83,7 @@ def test_scan_equals_loop(placement, arch):
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_remat_changes_nothing_but_memory(scan_layers, x64):
     # float64, so that the comparison is not about float32 rounding in a recomputed order.
-    model = tiny_model(placement="pre", num_layers=3, scan_layers=scan_layers, dtype="float64",
-                       param_dtype="float64")
+    model = tiny_model(placement="pre", num_layers=3, scan_layers=scan_layers, dtype="float64", param_dtype="float64")
     twin = normjax.Transformer(model.cfg.replace(remat=True), rngs=nnx.Rngs(0))
     tokens = model_inputs(model.cfg)[0]
 
@@ -108,8 +110,9 @@ def test_theory_setting_has_uniform_attention():
 
 def test_theory_post_ln_ffn_norm_input_is_three_halves_d():
     # Xiong et al. Lemma 2: E||x + FFN(x)||^2 = 3d/2 for ||x||^2 = d, Gaussian weights N(0, 1/fan_in).
-    cfg = normjax.ModelConfig(arch="encoder", theory=True, num_heads=1, placement="post",
-                              d_model=128, d_ff=512, num_layers=1, vocab_size=8)
+    cfg = normjax.ModelConfig(
+        arch="encoder", theory=True, num_heads=1, placement="post", d_model=128, d_ff=512, num_layers=1, vocab_size=8
+    )
     ratios = []
     for seed in range(8):
         model = normjax.Transformer(cfg, rngs=nnx.Rngs(seed))
@@ -155,18 +158,15 @@ def test_probe_streams_chain_through_block_functions(placement, scan_layers):
     assert len(sp.streams) == 4 and len(sp.norm_inputs) == 3
     np.testing.assert_allclose(sp.streams[0], normjax.embed(model, tokens), rtol=1e-6)
     for l in range(3):
-        np.testing.assert_allclose(sp.streams[l + 1], normjax.block_fn(model, l)(sp.streams[l]),
-                                   rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(normjax.stack_fn(model, 1)(sp.streams[1]), sp.streams[3],
-                               rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(sp.streams[l + 1], normjax.block_fn(model, l)(sp.streams[l]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(normjax.stack_fn(model, 1)(sp.streams[1]), sp.streams[3], rtol=1e-5, atol=1e-5)
     assert (sp.final_norm_input is not None) == (placement == "pre")
     np.testing.assert_array_equal(logits, model(tokens))
 
 
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_admin_profiling_sets_accumulated_variance(scan_layers):
-    model = tiny_model(arch="encoder_decoder", placement="admin", num_layers=3,
-                       scan_layers=scan_layers)
+    model = tiny_model(arch="encoder_decoder", placement="admin", num_layers=3, scan_layers=scan_layers)
     src, tgt = model_inputs(model.cfg)
     omegas = normjax.profile_admin(model, src, tgt)
     x0 = normjax.embed(model, src, "encoder")

@@ -23,8 +23,10 @@ def _np_linear(x, p, name):
 
 def _np_attention(x, p, heads, causal=False):
     B, T, D = x.shape
-    q, k, v = (_np_linear(x, p, f"attn/{n}").reshape(B, T, heads, D // heads).transpose(0, 2, 1, 3)
-               for n in ("query", "key", "value"))
+    q, k, v = (
+        _np_linear(x, p, f"attn/{n}").reshape(B, T, heads, D // heads).transpose(0, 2, 1, 3)
+        for n in ("query", "key", "value")
+    )
     logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D // heads)
     if causal:
         logits = np.where(np.tril(np.ones((T, T), bool)), logits, -np.inf)
@@ -91,8 +93,7 @@ def test_each_sublayer_follows_its_placement_formula(placement, arch):
     for sub in block.sublayers():
         records = {}
         y = block.apply_sublayer(sub, x, ctx, records)
-        np.testing.assert_allclose(y, _expected_sublayer(block, sub, x, records, sub.name),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(y, _expected_sublayer(block, sub, x, records, sub.name), rtol=1e-5, atol=1e-5)
         if placement in ("pre", "sandwich", "layerscale"):
             np.testing.assert_array_equal(records[f"{sub.name}.pre"], x)
         if placement in ("post", "deepnorm", "admin"):
@@ -120,9 +121,15 @@ def test_admin_with_unit_omega_equals_post(arch):
     np.testing.assert_array_equal(post(*inputs), admin(*inputs))
 
 
-@pytest.mark.parametrize("fields", [dict(placement="rezero"), dict(placement="skipinit"),
-                                    dict(placement="rezero", rezero_per_sublayer=True),
-                                    dict(placement="layerscale", layerscale_init=0.0)])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(placement="rezero"),
+        dict(placement="skipinit"),
+        dict(placement="rezero", rezero_per_sublayer=True),
+        dict(placement="layerscale", layerscale_init=0.0),
+    ],
+)
 @pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
 def test_zero_gated_placements_are_the_identity_at_init(fields, arch):
     model = tiny_model(arch=arch, num_layers=3, **fields)

@@ -8,19 +8,41 @@ from normjax.report.build import build_report
 
 
 def _study(tmp_path, name, rows, figures=()):
-    write_json(str(tmp_path / name / "results.json"),
-               {"experiment": name, "config": {}, "wall_time_s": 1.0, "figures": list(figures),
-                "results": {"verdicts": rows, "discussion": f"{name} discussion."}})
+    write_json(
+        str(tmp_path / name / "results.json"),
+        {
+            "experiment": name,
+            "config": {},
+            "wall_time_s": 1.0,
+            "figures": list(figures),
+            "results": {"verdicts": rows, "discussion": f"{name} discussion."},
+        },
+    )
 
 
 def test_report_has_a_row_per_claim_and_keeps_negative_verdicts(tmp_path):
-    _study(tmp_path, "alpha", [
-        verdict_row("X5", "slope -1/2 for Pre-LN", "slope -0.12 +- 0.02", "does not hold",
-                    "rule: |slope + 0.5| <= 2 stderr + 0.1", "fit.png", slope=-0.12),
-        verdict_row("S4", "grows", "ratio 19", "holds", "rule: r^2 >= 0.9"),
-    ], figures=["fit.png", "fit.pdf"])
-    _study(tmp_path, "beta", [verdict_row("X7", "BLEU 8 vs 34", "no IWSLT files",
-                                          "not testable at this scale", "needs the real data")])
+    _study(
+        tmp_path,
+        "alpha",
+        [
+            verdict_row(
+                "X5",
+                "slope -1/2 for Pre-LN",
+                "slope -0.12 +- 0.02",
+                "does not hold",
+                "rule: |slope + 0.5| <= 2 stderr + 0.1",
+                "fit.png",
+                slope=-0.12,
+            ),
+            verdict_row("S4", "grows", "ratio 19", "holds", "rule: r^2 >= 0.9"),
+        ],
+        figures=["fit.png", "fit.pdf"],
+    )
+    _study(
+        tmp_path,
+        "beta",
+        [verdict_row("X7", "BLEU 8 vs 34", "no IWSLT files", "not testable at this scale", "needs the real data")],
+    )
     with open(build_report(str(tmp_path))) as f:
         text = f.read()
     for claim in CLAIMS:

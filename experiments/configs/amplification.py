@@ -1,6 +1,6 @@
 """amplification presets.
 
-  python -m experiments.amplification --config=experiments/configs/amplification.py:quick --workdir=results
+python -m experiments.amplification --config=experiments/configs/amplification.py:quick --workdir=results
 """
 
 import ml_collections

@@ -1,6 +1,6 @@
 """cost presets.
 
-  python -m experiments.cost --config=experiments/configs/cost.py:quick --workdir=results
+python -m experiments.cost --config=experiments/configs/cost.py:quick --workdir=results
 """
 
 import ml_collections
@@ -10,8 +10,7 @@ from experiments.common import preset
 
 def _base():
     c = ml_collections.ConfigDict()
-    c.placements = ("post", "pre", "sandwich", "deepnorm", "admin", "rezero", "layerscale", "tfixup", "mixln",
-                    "hybrid")
+    c.placements = ("post", "pre", "sandwich", "deepnorm", "admin", "rezero", "layerscale", "tfixup", "mixln", "hybrid")
     c.reference = "pre"  # ratios are relative to this placement
     c.vocab_size = 256
     c.d_model, c.num_heads, c.d_ff, c.num_layers = 128, 4, 512, 6

@@ -1,6 +1,6 @@
 """deep_training presets.
 
-  python -m experiments.deep_training --config=experiments/configs/deep_training.py:quick --workdir=results
+python -m experiments.deep_training --config=experiments/configs/deep_training.py:quick --workdir=results
 """
 
 import ml_collections

@@ -1,6 +1,6 @@
 """depth_scaling presets.
 
-  python -m experiments.depth_scaling --config=experiments/configs/depth_scaling.py:quick
+python -m experiments.depth_scaling --config=experiments/configs/depth_scaling.py:quick
 """
 
 import ml_collections

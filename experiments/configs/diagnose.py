@@ -30,19 +30,22 @@ def _base():
     c.seed = 0
     c.jacobian_method = "auto"  # block spectral norms: exact up to n = 1024 inputs, else Lanczos
     c.jacobian_seq_len = 8  # ... on the first tokens of one sequence: n = jacobian_seq_len * d_model
-    c.thresholds = ml_collections.ConfigDict(dict(
-        grad_ratio=4.0,  # FFN gradient norm changes more than this from the top layer to the bottom one
-        stream_growth=4.0,  # rms of the residual stream grows more than this over the stack
-        ln_jacobian=0.25,  # ||dN/dz|| below this at some norm: gradients through it shrink 4x or more
-        block_norm=10.0,  # a block's Jacobian norm above this: perturbations grow 10x in one block
-    ))
+    c.thresholds = ml_collections.ConfigDict(
+        dict(
+            grad_ratio=4.0,  # FFN gradient norm changes more than this from the top layer to the bottom one
+            stream_growth=4.0,  # rms of the residual stream grows more than this over the stack
+            ln_jacobian=0.25,  # ||dN/dz|| below this at some norm: gradients through it shrink 4x or more
+            block_norm=10.0,  # a block's Jacobian norm above this: perturbations grow 10x in one block
+        )
+    )
     return c
 
 
 def _paper():
     c = _base()
-    c.model.update(arch="encoder_decoder", vocab_size=10_000, d_model=512, num_heads=4, d_ff=1024,
-                   num_layers=6, max_len=512)  # Xiong et al.'s IWSLT 6-6 model
+    c.model.update(
+        arch="encoder_decoder", vocab_size=10_000, d_model=512, num_heads=4, d_ff=1024, num_layers=6, max_len=512
+    )  # Xiong et al.'s IWSLT 6-6 model
     c.batch_size, c.seq_len, c.num_batches, c.jacobian_seq_len = 16, 64, 16, 64
     return c
 

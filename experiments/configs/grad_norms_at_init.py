@@ -1,6 +1,6 @@
 """grad_norms_at_init presets.
 
-  python -m experiments.grad_norms_at_init --config=experiments/configs/grad_norms_at_init.py:quick
+python -m experiments.grad_norms_at_init --config=experiments/configs/grad_norms_at_init.py:quick
 """
 
 import ml_collections

@@ -1,6 +1,6 @@
 """hidden_norms presets.
 
-  python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:quick --workdir=results
+python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:quick --workdir=results
 """
 
 import ml_collections

@@ -1,6 +1,6 @@
 """jacobian_spectrum presets.
 
-  python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_spectrum.py:quick --workdir=results
+python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_spectrum.py:quick --workdir=results
 """
 
 import ml_collections

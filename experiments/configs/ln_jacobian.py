@@ -1,6 +1,6 @@
 """ln_jacobian presets.
 
-  python -m experiments.ln_jacobian --config=experiments/configs/ln_jacobian.py:quick
+python -m experiments.ln_jacobian --config=experiments/configs/ln_jacobian.py:quick
 """
 
 from experiments.common import preset

@@ -20,24 +20,36 @@ from normjax.train.config_io import default_config, sweep_axes
 def quick_scale(config):
     config.model.update(d_model=64, num_heads=4, d_ff=128, num_layers=4, dropout=0.0)
     config.data.update(task="synthetic", max_len=24, buckets=(12,), num_train=20_000, num_valid=256)
-    config.train.update(schedule="constant", num_steps=200, batch_size=32, label_smoothing=0.1,
-                        log_every=10, eval_every=100, checkpoint_every=100, bleu_examples=128,
-                        diag_every=50)
-    config.sweep.axes = sweep_axes({
-        "model.placement": ["post", "pre"],
-        "train.lr": [1e-3, 3e-3, 1e-2],
-        "train.warmup_steps": [0, 40, 160],
-    })
+    config.train.update(
+        schedule="constant",
+        num_steps=200,
+        batch_size=32,
+        label_smoothing=0.1,
+        log_every=10,
+        eval_every=100,
+        checkpoint_every=100,
+        bleu_examples=128,
+        diag_every=50,
+    )
+    config.sweep.axes = sweep_axes(
+        {
+            "model.placement": ["post", "pre"],
+            "train.lr": [1e-3, 3e-3, 1e-2],
+            "train.warmup_steps": [0, 40, 160],
+        }
+    )
     return config
 
 
 def paper_grid(config):
     config = paper_scale(config)
-    config.sweep.axes = sweep_axes({
-        "model.placement": ["post", "pre"],
-        "train.lr": [5e-4, 1e-3],
-        "train.warmup_steps": [0, 500, 4000],
-    })
+    config.sweep.axes = sweep_axes(
+        {
+            "model.placement": ["post", "pre"],
+            "train.lr": [5e-4, 1e-3],
+            "train.warmup_steps": [0, 500, 4000],
+        }
+    )
     return config
 
 

@@ -82,6 +82,7 @@ def _orthonormalize(w, Q, seed, scale):
     unit vector orthogonal to Q and a norm of 0, so the bidiagonalization restarts in a fresh
     direction instead of dividing by ~0. Each pass reads Q once: O(max_dim n) memory traffic.
     """
+
     def project_out(v):
         return v - Q.T @ (Q @ v)
 
@@ -154,8 +155,7 @@ def lanczos(f, x, v0_N, k, max_dim, tol):
         j, rel = state[0], state[-1]
         return (j < max_dim) & ((j < k) | (rel > tol))
 
-    init = (jnp.int32(0), V_KN, U_KM, zeros_K, zeros_K, jnp.zeros((), x.dtype),
-            jnp.asarray(jnp.inf, x.dtype))
+    init = (jnp.int32(0), V_KN, U_KM, zeros_K, zeros_K, jnp.zeros((), x.dtype), jnp.asarray(jnp.inf, x.dtype))
     j, _, _, alpha_K, beta_K, _, rel = jax.lax.while_loop(cond, body, init)
     theta_K = jnp.linalg.svd(_bidiagonal(alpha_K, beta_K, j - 1), compute_uv=False)
     return theta_K, j, rel, checks.count_nonfinite(y_M)

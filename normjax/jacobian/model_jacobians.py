@@ -10,8 +10,8 @@ from normjax.jacobian.probes import run_probe
 
 def one_sequence(inputs, masks, index: int):
     """The inputs and masks of sequence `index` of the batch, as a batch of one."""
-    inputs = tuple(x[index:index + 1] for x in inputs)
-    masks = {k: None if v is None else v[index:index + 1] for k, v in masks.items()}
+    inputs = tuple(x[index : index + 1] for x in inputs)
+    masks = {k: None if v is None else v[index : index + 1] for k, v in masks.items()}
     return inputs, masks
 
 
@@ -25,13 +25,22 @@ def _streams_and_contexts(model, inputs, masks, sequence, stacks):
     inputs, masks = one_sequence(inputs, masks, sequence)
     probes = run_probe(model, inputs, masks)
     stacks = normjax.stack_names(model) if stacks is None else stacks
-    return {stack: ([x[0] for x in probes[stack].streams],
-                    normjax.block_context(model, *inputs, stack=stack, **masks))
-            for stack in stacks}
+    return {
+        stack: ([x[0] for x in probes[stack].streams], normjax.block_context(model, *inputs, stack=stack, **masks))
+        for stack in stacks
+    }
 
 
-def block_jacobian_norms(model, *inputs, sequence: int = 0, stacks=None, method: str = "auto",
-                         num_iters: int | None = None, tol: float | None = None, **masks) -> dict:
+def block_jacobian_norms(
+    model,
+    *inputs,
+    sequence: int = 0,
+    stacks=None,
+    method: str = "auto",
+    num_iters: int | None = None,
+    tol: float | None = None,
+    **masks,
+) -> dict:
     """||d x_{l+1} / d x_l||_2 of every block, and of every sublayer map x -> x after it.
 
     The Jacobians are over one whole sequence (n = T * d inputs, padded positions included), at
@@ -45,8 +54,7 @@ def block_jacobian_norms(model, *inputs, sequence: int = 0, stacks=None, method:
     """
     kw = dict(method=method, num_iters=num_iters, tol=tol, return_info=True)
     out = {}
-    for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence,
-                                                       stacks).items():
+    for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence, stacks).items():
         names = ("block",) + sublayer_names(model, stack)
         norms, methods = {name: [] for name in names}, set()
         for i in range(normjax.num_blocks(model, stack)):
@@ -64,8 +72,7 @@ def block_jacobian_norms(model, *inputs, sequence: int = 0, stacks=None, method:
     return out
 
 
-def jacobian_summary(f, x, *, method: str = "auto", num_probes: int = 64,
-                     top_k: int | None = None, key=None) -> dict:
+def jacobian_summary(f, x, *, method: str = "auto", num_probes: int = 64, top_k: int | None = None, key=None) -> dict:
     """Spectral norm, ||J||_F^2 and top singular values of the Jacobian of f: (T, D) -> (T, D).
 
     When `method` resolves to "exact", J is materialized once and everything is exact (all
@@ -75,8 +82,13 @@ def jacobian_summary(f, x, *, method: str = "auto", num_probes: int = 64,
     """
     if spectral.resolve_method(method, x.size, x.size) == "exact":
         s = spectral.singular_values(f, x, method="exact")
-        return {"spectral": float(s[0]), "frobenius_sq": float(jnp.sum(s**2)),
-                "frobenius_sq_stderr": 0.0, "singular_values": np.asarray(s), "exact": True}
+        return {
+            "spectral": float(s[0]),
+            "frobenius_sq": float(jnp.sum(s**2)),
+            "frobenius_sq_stderr": 0.0,
+            "singular_values": np.asarray(s),
+            "exact": True,
+        }
     fro, info = spectral.frobenius_norm_sq(f, x, num_probes=num_probes, key=key, return_info=True)
     out = {"frobenius_sq": float(fro), "frobenius_sq_stderr": info.stderr, "exact": False}
     if top_k:
@@ -89,9 +101,18 @@ def jacobian_summary(f, x, *, method: str = "auto", num_probes: int = 64,
     return out
 
 
-def end_to_end_jacobians(model, *inputs, sequence: int = 0, stacks=None, method: str = "auto",
-                         num_probes: int = 64, top_k: int = 32, key=None,
-                         return_io_jacobian: bool = False, **masks) -> dict:
+def end_to_end_jacobians(
+    model,
+    *inputs,
+    sequence: int = 0,
+    stacks=None,
+    method: str = "auto",
+    num_probes: int = 64,
+    top_k: int = 32,
+    key=None,
+    return_io_jacobian: bool = False,
+    **masks,
+) -> dict:
     """Norms of d x_L / d x_l for every l, and the singular values of d x_L / d x_0.
 
     x_L is the stream leaving the last block (before any final norm), on one sequence (n = T d).
@@ -107,15 +128,20 @@ def end_to_end_jacobians(model, *inputs, sequence: int = 0, stacks=None, method:
     """
     keys = ("spectral", "frobenius_sq", "frobenius_sq_stderr")
     out = {}
-    for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence,
-                                                       stacks).items():
-        fns = [normjax.stack_fn(model, start=i, stack=stack, context=ctx)
-               for i in range(normjax.num_blocks(model, stack))]
-        rows = [jacobian_summary(f, streams[i], method=method, num_probes=num_probes,
-                                 top_k=top_k if i == 0 else None, key=key)
-                for i, f in enumerate(fns)]
+    for stack, (streams, ctx) in _streams_and_contexts(model, inputs, masks, sequence, stacks).items():
+        fns = [
+            normjax.stack_fn(model, start=i, stack=stack, context=ctx) for i in range(normjax.num_blocks(model, stack))
+        ]
+        rows = [
+            jacobian_summary(
+                f, streams[i], method=method, num_probes=num_probes, top_k=top_k if i == 0 else None, key=key
+            )
+            for i, f in enumerate(fns)
+        ]
         out[stack] = {k: np.array([r[k] for r in rows]) for k in keys} | {
-            "io_singular_values": rows[0]["singular_values"], "exact": rows[0]["exact"]}
+            "io_singular_values": rows[0]["singular_values"],
+            "exact": rows[0]["exact"],
+        }
         if return_io_jacobian:
             out[stack]["io_jacobian"] = np.asarray(exact.jacobian(fns[0], streams[0]))
     return out

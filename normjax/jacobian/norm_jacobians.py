@@ -142,8 +142,7 @@ def norm_jacobian(kind: str, z, *, scale=None, eps: float = 1e-5, alpha=None) ->
     return _by_kind(kind, layernorm_jacobian, rmsnorm_jacobian)(z, scale, eps)
 
 
-def norm_jacobian_norm(kind: str, z, *, scale=None, eps: float = 1e-5,
-                       alpha=None) -> ClosedFormNorm:
+def norm_jacobian_norm(kind: str, z, *, scale=None, eps: float = 1e-5, alpha=None) -> ClosedFormNorm:
     """Closed-form ||J||_2 of the norm `kind` per vector; see the per-kind functions."""
     if kind == "dyt":
         return dyt_jacobian_norm(z, _require_alpha(alpha), scale)

@@ -16,8 +16,10 @@ def _layer_norms(tree, model, stack):
 
     NumPy on the host: an eager jnp norm would compile once per parameter shape.
     """
-    return [{name: float(np.linalg.norm(np.asarray(v, np.float64))) for name, v in layer.items()}
-            for layer in normjax.layer_params(tree, model, stack)]
+    return [
+        {name: float(np.linalg.norm(np.asarray(v, np.float64))) for name, v in layer.items()}
+        for layer in normjax.layer_params(tree, model, stack)
+    ]
 
 
 _tree_add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
@@ -81,14 +83,18 @@ def grad_norms(model, loss_fn, batches, *, stacks=None) -> dict:
     out = {}
     for s in stacks:
         norm_of_mean = _by_name(_layer_norms(mean, model, s))
-        out[s] = {name: {"mean_of_norms": np.mean([pb[name] for pb in per_batch[s]], axis=0),
-                         "std_of_norms": np.std([pb[name] for pb in per_batch[s]], axis=0),
-                         "norm_of_mean": norm_of_mean[name]} for name in norm_of_mean}
+        out[s] = {
+            name: {
+                "mean_of_norms": np.mean([pb[name] for pb in per_batch[s]], axis=0),
+                "std_of_norms": np.std([pb[name] for pb in per_batch[s]], axis=0),
+                "norm_of_mean": norm_of_mean[name],
+            }
+            for name in norm_of_mean
+        }
     return {"num_batches": n, "stacks": out}
 
 
-def perturbation(model, *, eps: float, kind: str = "random", key=None, loss_fn=None,
-                 batch=None):
+def perturbation(model, *, eps: float, kind: str = "random", key=None, loss_fn=None, batch=None):
     """A weight update dW of every nnx.Param, as a State shaped like nnx.state(model, nnx.Param).
 
     kind="random": dW = eps * |W| * N(0, 1), elementwise, so each weight moves by a relative
@@ -119,8 +125,10 @@ def _relative_noise(params, key, eps):
     sizes = [leaf.size for leaf in leaves]
     z = np.asarray(krylov.random_vectors(key, (sum(sizes),), np.float64))
     chunks = np.split(z, np.cumsum(sizes)[:-1])
-    noise = [(eps * np.abs(np.asarray(w, np.float64)) * c.reshape(w.shape)).astype(w.dtype)
-             for w, c in zip(leaves, chunks, strict=True)]
+    noise = [
+        (eps * np.abs(np.asarray(w, np.float64)) * c.reshape(w.shape)).astype(w.dtype)
+        for w, c in zip(leaves, chunks, strict=True)
+    ]
     return jax.tree.unflatten(treedef, [jnp.asarray(n) for n in noise])
 
 
@@ -134,8 +142,17 @@ def _output(graphdef, target, params, rest, inputs, masks):
     return normjax.probe(model, *inputs, **masks)[1][last].streams[-1]
 
 
-def output_change(model, *inputs, eps: float = 1e-3, kind: str = "random", target="logits",
-                  key=None, loss_fn=None, batch=None, **masks) -> dict:
+def output_change(
+    model,
+    *inputs,
+    eps: float = 1e-3,
+    kind: str = "random",
+    target="logits",
+    key=None,
+    loss_fn=None,
+    batch=None,
+    **masks,
+) -> dict:
     """||F(x, W) - F(x, W + dW)|| for a small update dW of all weights (see `perturbation`).
 
     Args:
@@ -151,10 +168,11 @@ def output_change(model, *inputs, eps: float = 1e-3, kind: str = "random", targe
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     dW = perturbation(model, eps=eps, kind=kind, key=key, loss_fn=loss_fn, batch=batch)
     y0 = np.asarray(_output(graphdef, target, params, rest, inputs, masks), np.float64)
-    y1 = np.asarray(_output(graphdef, target, _tree_add(params, dW), rest, inputs, masks),
-                    np.float64)
+    y1 = np.asarray(_output(graphdef, target, _tree_add(params, dW), rest, inputs, masks), np.float64)
     checks.check_finite(f"the perturbed {target}", y1)
     dy = y1 - y0
-    return {"rms": float(np.sqrt(np.mean(dy**2))),
-            "relative": float(np.linalg.norm(dy) / np.linalg.norm(y0)),
-            "max": float(np.max(np.abs(dy)))}
+    return {
+        "rms": float(np.sqrt(np.mean(dy**2))),
+        "relative": float(np.linalg.norm(dy) / np.linalg.norm(y0)),
+        "max": float(np.max(np.abs(dy))),
+    }

@@ -19,8 +19,7 @@ from normjax.jacobian import norm_jacobians
 @functools.partial(jax.jit, static_argnames=("graphdef",))
 def _probe(graphdef, state, inputs, masks):
     _, probes = normjax.probe(nnx.merge(graphdef, state), *inputs, **masks)
-    return {stack: {f.name: getattr(sp, f.name) for f in dataclasses.fields(sp)}
-            for stack, sp in probes.items()}
+    return {stack: {f.name: getattr(sp, f.name) for f in dataclasses.fields(sp)} for stack, sp in probes.items()}
 
 
 def run_probe(model, inputs, masks) -> dict:
@@ -30,8 +29,9 @@ def run_probe(model, inputs, masks) -> dict:
     state as an argument) because an eager forward compiles every operation on its own.
     """
     graphdef, state = nnx.split(model)
-    return {stack: normjax.StackProbes(**fields)
-            for stack, fields in _probe(graphdef, state, tuple(inputs), masks).items()}
+    return {
+        stack: normjax.StackProbes(**fields) for stack, fields in _probe(graphdef, state, tuple(inputs), masks).items()
+    }
 
 
 def token_mask(model, stack: str, inputs, masks) -> np.ndarray:
@@ -101,9 +101,12 @@ def input_scale(kind: str, z, eps: float):
 def _site_stats(model, z_BTD, params, mask) -> dict:
     kind = model.cfg.norm
     closed = norm_jacobians.norm_jacobian_norm(kind, z_BTD, **params)
-    return {"sigma": summarize(input_scale(kind, z_BTD, params["eps"]), mask),
-            "jac_norm": summarize(closed.value, mask), "exact": bool(closed.exact),
-            "scale_from": "ones" if params["scale"] is None else "params"}
+    return {
+        "sigma": summarize(input_scale(kind, z_BTD, params["eps"]), mask),
+        "jac_norm": summarize(closed.value, mask),
+        "exact": bool(closed.exact),
+        "scale_from": "ones" if params["scale"] is None else "params",
+    }
 
 
 def _sites(model, probes, stack):
@@ -145,8 +148,9 @@ def norm_sites(model, *inputs, **masks) -> dict:
 def _model_norm(model, params: dict):
     """The model's own norm layer (normjax.make_norm) carrying the given scale and alpha."""
     cfg = model.cfg
-    norm = normjax.make_norm(cfg.norm, cfg.d_model, eps=cfg.norm_eps, dyt_alpha=cfg.dyt_alpha,
-                             param_dtype=jnp.dtype(cfg.param_dtype))
+    norm = normjax.make_norm(
+        cfg.norm, cfg.d_model, eps=cfg.norm_eps, dyt_alpha=cfg.dyt_alpha, param_dtype=jnp.dtype(cfg.param_dtype)
+    )
     values = {"scale": params["scale"]} if params["scale"] is not None else {}
     if cfg.norm == "dyt":
         values["alpha"] = jnp.asarray(params["alpha"])

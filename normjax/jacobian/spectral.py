@@ -78,14 +78,25 @@ def _output_size(f, x) -> int:
 
 def _finish(values, info, tol, return_info):
     if not info.converged:
-        warnings.warn(f"{info.method} stopped after {info.iterations} iterations with residual "
-                      f"{info.residual:.3g} > tol {tol:.3g}; raise num_iters.", stacklevel=3)
+        warnings.warn(
+            f"{info.method} stopped after {info.iterations} iterations with residual "
+            f"{info.residual:.3g} > tol {tol:.3g}; raise num_iters.",
+            stacklevel=3,
+        )
     return (values, info) if return_info else values
 
 
-def singular_values(f, x, k: int | None = None, *, method: str = "auto",
-                    num_iters: int | None = None, tol: float | None = None, key=None,
-                    return_info: bool = False):
+def singular_values(
+    f,
+    x,
+    k: int | None = None,
+    *,
+    method: str = "auto",
+    num_iters: int | None = None,
+    tol: float | None = None,
+    key=None,
+    return_info: bool = False,
+):
     """Singular values of the Jacobian of f at x, largest first.
 
     Args:
@@ -147,8 +158,16 @@ def singular_values(f, x, k: int | None = None, *, method: str = "auto",
     return _finish(s_K, info, tol, return_info)
 
 
-def spectral_norm(f, x, *, method: str = "auto", num_iters: int | None = None,
-                  tol: float | None = None, key=None, return_info: bool = False):
+def spectral_norm(
+    f,
+    x,
+    *,
+    method: str = "auto",
+    num_iters: int | None = None,
+    tol: float | None = None,
+    key=None,
+    return_info: bool = False,
+):
     """Largest singular value ||J||_2 of the Jacobian of f at x (scalar).
 
     Same arguments and costs as `singular_values` with k = 1. "power" runs power iteration on
@@ -159,13 +178,20 @@ def spectral_norm(f, x, *, method: str = "auto", num_iters: int | None = None,
     Returns:
       A scalar array, and the `SpectralInfo` if `return_info`.
     """
-    out = singular_values(f, x, 1, method=method, num_iters=num_iters, tol=tol, key=key,
-                          return_info=return_info)
+    out = singular_values(f, x, 1, method=method, num_iters=num_iters, tol=tol, key=key, return_info=return_info)
     return (out[0][0], out[1]) if return_info else out[0]
 
 
-def frobenius_norm_sq(f, x, *, method: str = "hutchinson", num_probes: int = 64, key=None,
-                      chunk_size: int | None = None, return_info: bool = False):
+def frobenius_norm_sq(
+    f,
+    x,
+    *,
+    method: str = "hutchinson",
+    num_probes: int = 64,
+    key=None,
+    chunk_size: int | None = None,
+    return_info: bool = False,
+):
     """Squared Frobenius norm ||J||_F^2 of the Jacobian of f at x (scalar).
 
     Args:

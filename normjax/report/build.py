@@ -9,10 +9,19 @@ import os
 from normjax.io import read_json
 from normjax.report.claims import CLAIMS, VERDICTS
 
-SECTIONS = {"S": "Seed-note claims", "X": "Xiong et al. 2020", "L": "Liu et al. 2020 (Admin)",
-            "D": "Wang et al. 2022 (DeepNet)", "R": "ReZero, Fixup and later placements"}
-MARK = {"holds": "holds", "partly holds": "partly holds", "does not hold": "**does not hold**",
-        "not testable at this scale": "not testable at this scale"}
+SECTIONS = {
+    "S": "Seed-note claims",
+    "X": "Xiong et al. 2020",
+    "L": "Liu et al. 2020 (Admin)",
+    "D": "Wang et al. 2022 (DeepNet)",
+    "R": "ReZero, Fixup and later placements",
+}
+MARK = {
+    "holds": "holds",
+    "partly holds": "partly holds",
+    "does not hold": "**does not hold**",
+    "not testable at this scale": "not testable at this scale",
+}
 
 
 def load_results(workdir: str) -> dict[str, dict]:
@@ -45,17 +54,19 @@ def _figure_link(row: dict) -> str:
 
 
 def verdict_table(rows: dict[str, list[dict]]) -> list[str]:
-    lines = ["| claim | prediction | measured | verdict | rule / reason | figure |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| claim | prediction | measured | verdict | rule / reason | figure |", "|---|---|---|---|---|---|"]
     for claim, claim_rows in rows.items():
         if not claim_rows:
-            lines.append(f"| {claim}: {_cell(CLAIMS[claim])} | | no measurement in this run "
-                         f"| not run | no experiment that checks {claim} wrote results | |")
+            lines.append(
+                f"| {claim}: {_cell(CLAIMS[claim])} | | no measurement in this run "
+                f"| not run | no experiment that checks {claim} wrote results | |"
+            )
         for row in claim_rows:
             lines.append(
                 f"| {claim}: {_cell(CLAIMS[claim])} | {_cell(row['prediction'])} | "
                 f"{_cell(row['measured'])} ({row['experiment']}) | {MARK[row['verdict']]} | "
-                f"{_cell(row['reason'])} | {_figure_link(row)} |")
+                f"{_cell(row['reason'])} | {_figure_link(row)} |"
+            )
     return lines
 
 
@@ -68,9 +79,13 @@ def _counts(rows: dict[str, list[dict]]) -> str:
 
 def study_section(name: str, saved: dict) -> list[str]:
     results = saved.get("results", {})
-    lines = [f"### {name}", "",
-             f"Wall time {saved.get('wall_time_s', float('nan')):.0f} s on "
-             f"{saved.get('machine', {}).get('platform', 'unknown machine')}.", ""]
+    lines = [
+        f"### {name}",
+        "",
+        f"Wall time {saved.get('wall_time_s', float('nan')):.0f} s on "
+        f"{saved.get('machine', {}).get('platform', 'unknown machine')}.",
+        "",
+    ]
     if results.get("discussion"):
         lines += [results["discussion"], ""]
     for row in results.get("verdicts", []):
@@ -85,11 +100,16 @@ def build_report(workdir: str) -> str:
     studies = load_results(workdir)
     rows = collect_rows(studies)
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")
-    lines = ["# normjax report: where should the norm sit?", "",
-             f"Built {now} from {len(studies)} experiments in `{workdir}` "
-             f"({', '.join(studies) or 'none'}). Verdicts: {_counts(rows)}.", "",
-             "Every verdict comes from the measured numbers by the rule given in its row "
-             "(the rules live in `normjax/studies/*_verdicts.py`).", ""]
+    lines = [
+        "# normjax report: where should the norm sit?",
+        "",
+        f"Built {now} from {len(studies)} experiments in `{workdir}` "
+        f"({', '.join(studies) or 'none'}). Verdicts: {_counts(rows)}.",
+        "",
+        "Every verdict comes from the measured numbers by the rule given in its row "
+        "(the rules live in `normjax/studies/*_verdicts.py`).",
+        "",
+    ]
     for prefix, title in SECTIONS.items():
         section = {c: r for c, r in rows.items() if c.startswith(prefix)}
         lines += [f"## {title}", ""] + verdict_table(section) + [""]

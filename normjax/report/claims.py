@@ -57,7 +57,8 @@ class Verdict:
             raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
 
 
-def verdict_row(claim: str, prediction: str, measured: str, verdict: str, reason: str,
-                figure: str | None = None, **numbers) -> dict:
+def verdict_row(
+    claim: str, prediction: str, measured: str, verdict: str, reason: str, figure: str | None = None, **numbers
+) -> dict:
     """A validated Verdict as a JSON-ready dict, for a study's results["verdicts"] list."""
     return dataclasses.asdict(Verdict(claim, prediction, measured, verdict, reason, figure, numbers))

@@ -23,9 +23,16 @@ PROFILED = "admin_profiled"  # Admin with omega from normjax.profile_admin inste
 def model_config(config, placement: str, num_layers: int) -> normjax.ModelConfig:
     """A scanned encoder (compile time independent of depth); admin_profiled builds as admin."""
     return normjax.ModelConfig(
-        arch="encoder", vocab_size=config.vocab_size, d_model=config.d_model, num_heads=config.num_heads,
-        d_ff=config.d_ff, num_layers=num_layers, placement="admin" if placement == PROFILED else placement,
-        max_len=max(config.seq_len, 8), scan_layers=True)
+        arch="encoder",
+        vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        d_ff=config.d_ff,
+        num_layers=num_layers,
+        placement="admin" if placement == PROFILED else placement,
+        max_len=max(config.seq_len, 8),
+        scan_layers=True,
+    )
 
 
 def loss_fn(model, batch):
@@ -38,8 +45,7 @@ def loss_fn(model, batch):
 def batch(config, seed: int):
     k1, k2 = jax.random.split(jax.random.key(1000 + seed))
     shape = (config.batch_size, config.seq_len)
-    return (jax.random.randint(k1, shape, 0, config.vocab_size),
-            jax.random.randint(k2, shape, 0, config.vocab_size))
+    return (jax.random.randint(k1, shape, 0, config.vocab_size), jax.random.randint(k2, shape, 0, config.vocab_size))
 
 
 def build(config, placement: str, num_layers: int, seed: int):
@@ -53,6 +59,7 @@ def build(config, placement: str, num_layers: int, seed: int):
 def scope_mask(params, scope: str):
     """1 on the weights an update may move, 0 elsewhere: "branch" is Liu et al.'s W_i of each sublayer f_i
     (attention and FFN weights), "all" every parameter (LN gains, Admin's omega, embeddings too), "none" none."""
+
     def keep(path):
         return scope == "all" or (scope == "branch" and any(getattr(k, "key", None) == "branch" for k in path))
 
@@ -77,9 +84,11 @@ def output_changes(model, data, kinds, eps: dict, scopes, key) -> dict:
         y0 = logits(graphdef, params, rest, dW, masks["none"], data[0])
         for scope in scopes:
             dy = logits(graphdef, params, rest, dW, masks[scope], data[0]) - y0
-            out.setdefault(scope, {})[kind] = {"rms": float(jnp.sqrt(jnp.mean(dy**2))),
-                                               "relative": float(jnp.linalg.norm(dy) / jnp.linalg.norm(y0)),
-                                               "max": float(jnp.max(jnp.abs(dy)))}
+            out.setdefault(scope, {})[kind] = {
+                "rms": float(jnp.sqrt(jnp.mean(dy**2))),
+                "relative": float(jnp.linalg.norm(dy) / jnp.linalg.norm(y0)),
+                "max": float(jnp.max(jnp.abs(dy))),
+            }
     return out
 
 
@@ -106,8 +115,12 @@ def _aggregate(config, runs_by_N: dict) -> dict:
         for kind in config.kinds:
             var_SN = np.array([[r[scope][kind]["rms"] ** 2 for r in runs_by_N[n]] for n in sorted(runs_by_N)]).T
             rel_SN = np.array([[r[scope][kind]["relative"] for r in runs_by_N[n]] for n in sorted(runs_by_N)]).T
-            out.setdefault(scope, {})[kind] = {"var_mean": var_SN.mean(0), "var_std": var_SN.std(0),
-                                               "relative_mean": rel_SN.mean(0), "fit": _fits(N, var_SN.mean(0))}
+            out.setdefault(scope, {})[kind] = {
+                "var_mean": var_SN.mean(0),
+                "var_std": var_SN.std(0),
+                "relative_mean": rel_SN.mean(0),
+                "fit": _fits(N, var_SN.mean(0)),
+            }
     first = runs_by_N[sorted(runs_by_N)[0]][0]
     if "omega_profiled" in first:
         last = np.array([[r["omega_profiled"][-1] for r in runs_by_N[n]] for n in sorted(runs_by_N)])
@@ -123,18 +136,25 @@ def compute(config, study) -> dict:
     for placement, L in tqdm(jobs, desc="amplification", unit="model"):
         raw.setdefault(placement, {})[2 * L] = [
             study.cached(f"{placement}-L{L}-{seed}", lambda s=seed, p=placement, L=L: measure(config, p, L, s))
-            for seed in range(config.num_seeds)]
-    results = {"kinds": list(config.kinds), "scopes": list(config.scopes), "eps": dict(config.eps),
-               "num_seeds": config.num_seeds,
-               "runs": {p: _aggregate(config, by_N) for p, by_N in raw.items()}}
+            for seed in range(config.num_seeds)
+        ]
+    results = {
+        "kinds": list(config.kinds),
+        "scopes": list(config.scopes),
+        "eps": dict(config.eps),
+        "num_seeds": config.num_seeds,
+        "runs": {p: _aggregate(config, by_N) for p, by_N in raw.items()},
+    }
     results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
 
 def _theory(ax, results: dict, scope: str, kind: str) -> None:
     """Liu et al.'s laws, anchored at the smallest N: Var ~ N (Post-LN) and Var ~ ln N (Pre-LN, Admin)."""
-    for placement, law, label, style in (("post", lambda N: N, r"$\propto N$ (Post-LN theory)", "--"),
-                                         ("pre", np.log, r"$\propto \ln N$ (Pre-LN, Admin theory)", ":")):
+    for placement, law, label, style in (
+        ("post", lambda N: N, r"$\propto N$ (Post-LN theory)", "--"),
+        ("pre", np.log, r"$\propto \ln N$ (Pre-LN, Admin theory)", ":"),
+    ):
         if placement in results["runs"]:
             agg = results["runs"][placement]
             N = np.array(agg["N"], np.float64)
@@ -150,13 +170,24 @@ def plot(results: dict, study) -> list[str]:
         for placement, agg in results["runs"].items():
             N, a = np.array(agg["N"]), agg[scope][kind]
             sem = np.array(a["var_std"]) / np.sqrt(results["num_seeds"])
-            ax.errorbar(N, a["var_mean"], yerr=sem, fmt="s--" if placement == PROFILED else "o-", ms=4,
-                        capsize=2, color=plotting.color("admin" if placement == PROFILED else placement),
-                        label=f"{placement} ({a['fit']['better']} fits better)")
+            ax.errorbar(
+                N,
+                a["var_mean"],
+                yerr=sem,
+                fmt="s--" if placement == PROFILED else "o-",
+                ms=4,
+                capsize=2,
+                color=plotting.color("admin" if placement == PROFILED else placement),
+                label=f"{placement} ({a['fit']['better']} fits better)",
+            )
         _theory(ax, results, scope, kind)
-        ax.set(title=f"{kind} update (eps {results['eps'][kind]:g}) of {scope} weights",
-               xlabel="residual sublayers N", ylabel=r"Var$[F(x, W + \delta W) - F(x, W)]$", xscale="log",
-               yscale="log")
+        ax.set(
+            title=f"{kind} update (eps {results['eps'][kind]:g}) of {scope} weights",
+            xlabel="residual sublayers N",
+            ylabel=r"Var$[F(x, W + \delta W) - F(x, W)]$",
+            xscale="log",
+            yscale="log",
+        )
         ax.set_xticks(N, [str(int(n)) for n in N])
         ax.minorticks_off()
         ax.legend(fontsize=6, title="mean +- s.e. over seeds", title_fontsize=6)
@@ -170,18 +201,29 @@ def _plot_omega(results: dict, study) -> list[str]:
         return []
     fig, axes = plotting.figure(ncols=2)
     N = np.array(agg["N"])
-    axes[0].errorbar(N, agg["omega_last"]["mean"], yerr=agg["omega_last"]["std"], fmt="o-", ms=4,
-                     color=plotting.color("admin"), label="profiled, last sublayer")
+    axes[0].errorbar(
+        N,
+        agg["omega_last"]["mean"],
+        yerr=agg["omega_last"]["std"],
+        fmt="o-",
+        ms=4,
+        color=plotting.color("admin"),
+        label="profiled, last sublayer",
+    )
     grid = np.arange(N.min(), N.max() + 1)
-    axes[0].plot(grid, [normjax.admin_omega(int(n)) for n in grid], **plotting.THEORY_STYLE,
-                 label=r"closed form $\sqrt{(N+1)/\ln(N+1) - 1}$")
-    axes[0].set(title="Admin omega vs depth (L2)", xlabel="residual sublayers N", ylabel=r"$\omega$",
-                xscale="log")
+    axes[0].plot(
+        grid,
+        [normjax.admin_omega(int(n)) for n in grid],
+        **plotting.THEORY_STYLE,
+        label=r"closed form $\sqrt{(N+1)/\ln(N+1) - 1}$",
+    )
+    axes[0].set(title="Admin omega vs depth (L2)", xlabel="residual sublayers N", ylabel=r"$\omega$", xscale="log")
     axes[0].set_xticks(N, [str(int(n)) for n in N])
     axes[0].minorticks_off()
     deepest = np.array(agg["omega_profiled_deepest"])
-    axes[1].plot(np.arange(1, deepest.size + 1), deepest, "o-", ms=3, color=plotting.color("admin"),
-                 label="profiled (seed 0)")
+    axes[1].plot(
+        np.arange(1, deepest.size + 1), deepest, "o-", ms=3, color=plotting.color("admin"), label="profiled (seed 0)"
+    )
     axes[1].axhline(normjax.admin_omega(int(N.max())), **plotting.THEORY_STYLE, label="closed form")
     axes[1].set(title=f"profiled omega_i, N = {int(N.max())}", xlabel="sublayer i", ylabel=r"$\omega_i$")
     for ax in axes:

@@ -22,22 +22,43 @@ MEMORY_FIELDS = ("argument", "output", "alias", "temp")
 def model_config(config, placement: str) -> normjax.ModelConfig:
     """A decoder LM; layers in a Python loop for every placement (mixln needs it; one layout for all)."""
     return normjax.ModelConfig(
-        arch="decoder", vocab_size=config.vocab_size, d_model=config.d_model, num_heads=config.num_heads,
-        d_ff=config.d_ff, num_layers=config.num_layers, placement=placement, max_len=config.seq_len)
+        arch="decoder",
+        vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        d_ff=config.d_ff,
+        num_layers=config.num_layers,
+        placement=placement,
+        max_len=config.seq_len,
+    )
 
 
 def batch(config) -> dict:
     """Random tokens: the step's cost does not depend on their values."""
     rng = np.random.default_rng(config.seed)
     tokens_BT = rng.integers(0, config.vocab_size, (config.batch_size, config.seq_len + 1), dtype=np.int32)
-    return {"tokens": tokens_BT[:, :-1], "targets": tokens_BT[:, 1:],
-            "mask": np.ones((config.batch_size, config.seq_len), bool)}
+    return {
+        "tokens": tokens_BT[:, :-1],
+        "targets": tokens_BT[:, 1:],
+        "mask": np.ones((config.batch_size, config.seq_len), bool),
+    }
 
 
 def hparams(config) -> dict:
     """Adam at a small constant lr: every update is a real one (no divergence freeze)."""
-    return dict(lr=1e-4, warmup_steps=0, warmup_init_lr=0.0, total_steps=1, end_lr=1e-4, d_model=config.d_model,
-                weight_decay=0.0, clip_norm=0.0, label_smoothing=0.0, divergence_loss=1e9, divergence_patience=1)
+    return dict(
+        lr=1e-4,
+        warmup_steps=0,
+        warmup_init_lr=0.0,
+        total_steps=1,
+        end_lr=1e-4,
+        d_model=config.d_model,
+        weight_decay=0.0,
+        clip_norm=0.0,
+        label_smoothing=0.0,
+        divergence_loss=1e9,
+        divergence_patience=1,
+    )
 
 
 def memory(compiled) -> dict:
@@ -74,8 +95,16 @@ class Steps:
             for _ in range(self.config.warmup_steps):
                 state, metrics = step(state, self.batch)
             jax.block_until_ready(metrics)
-            out[placement] = {"step": step, "state": state, "static": {
-                "num_params": num_params, "compile_s": compile_s, "memory": memory(step), "flops": flops(step)}}
+            out[placement] = {
+                "step": step,
+                "state": state,
+                "static": {
+                    "num_params": num_params,
+                    "compile_s": compile_s,
+                    "memory": memory(step),
+                    "flops": flops(step),
+                },
+            }
         return out
 
     def static(self, placement: str) -> dict:
@@ -109,8 +138,10 @@ def _stats(seconds) -> dict:
 def compute(config, study) -> dict:
     steps = Steps(config)
     static = {p: study.cached(f"static-{p}", lambda p=p: steps.static(p)) for p in config.placements}
-    rounds = [study.cached(f"round-{r}", lambda r=r: steps.time_round(r))
-              for r in tqdm(range(config.repeats), desc="cost: timing rounds", unit="round")]
+    rounds = [
+        study.cached(f"round-{r}", lambda r=r: steps.time_round(r))
+        for r in tqdm(range(config.repeats), desc="cost: timing rounds", unit="round")
+    ]
     runs = {}
     for p in config.placements:
         runs[p] = static[p] | {clock: _stats([r[clock][p] for r in rounds]) for clock in ("cpu", "wall")}
@@ -122,10 +153,15 @@ def compute(config, study) -> dict:
             "memory": run["memory"]["total"] / ref["memory"]["total"],
             "temp": run["memory"]["temp"] / max(ref["memory"]["temp"], 1),
             "params": run["num_params"] / ref["num_params"],
-            "flops": None if run["flops"] is None or not ref["flops"] else run["flops"] / ref["flops"]}
-    results = {"reference": config.reference, "order": list(config.placements), "runs": runs,
-               "size": {k: config[k] for k in ("d_model", "num_heads", "d_ff", "num_layers", "batch_size", "seq_len")},
-               "device": str(jax.devices()[0])}
+            "flops": None if run["flops"] is None or not ref["flops"] else run["flops"] / ref["flops"],
+        }
+    results = {
+        "reference": config.reference,
+        "order": list(config.placements),
+        "runs": runs,
+        "size": {k: config[k] for k in ("d_model", "num_heads", "d_ff", "num_layers", "batch_size", "seq_len")},
+        "device": str(jax.devices()[0]),
+    }
     results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
@@ -139,26 +175,41 @@ def plot(results: dict, study) -> list[str]:
     iqr = np.array([runs[p]["cpu"]["iqr"] for p in names]) / runs[ref]["cpu"]["median"]
     axes[0].bar(x, time_rel, color=colors, yerr=[time_rel - iqr[:, 0], iqr[:, 1] - time_rel], capsize=2)
     axes[0].plot(x, [runs[p]["relative"]["wall_time"] for p in names], "kx", ms=5, label="wall-clock median")
-    axes[0].set(ylabel=f"CPU time per step / {ref}'s", title=f"train step CPU time (median, IQR; {ref}: "
-                f"{1e3 * runs[ref]['cpu']['median']:.0f} ms)")
+    axes[0].set(
+        ylabel=f"CPU time per step / {ref}'s",
+        title=f"train step CPU time (median, IQR; {ref}: {1e3 * runs[ref]['cpu']['median']:.0f} ms)",
+    )
     axes[0].axhspan(0.9, 1.1, color="grey", alpha=0.15, label="S6: equal (within 10%)")
-    parts = {"arguments (params, Adam state, batch)": "", "outputs not aliased": "xx",
-             "temp (activations, grads)": ".."}
-    mem_KP = np.array([[runs[p]["memory"]["argument"] for p in names],
-                       [runs[p]["memory"]["output"] - runs[p]["memory"]["alias"] for p in names],
-                       [runs[p]["memory"]["temp"] for p in names]]) / runs[ref]["memory"]["total"]
+    parts = {
+        "arguments (params, Adam state, batch)": "",
+        "outputs not aliased": "xx",
+        "temp (activations, grads)": "..",
+    }
+    mem_KP = (
+        np.array(
+            [
+                [runs[p]["memory"]["argument"] for p in names],
+                [runs[p]["memory"]["output"] - runs[p]["memory"]["alias"] for p in names],
+                [runs[p]["memory"]["temp"] for p in names],
+            ]
+        )
+        / runs[ref]["memory"]["total"]
+    )
     bottom = np.zeros(len(names))
     for (label, hatch), mem_P in zip(parts.items(), mem_KP, strict=True):
         axes[1].bar(x, mem_P, bottom=bottom, color=colors, hatch=hatch, edgecolor="white")
         axes[1].bar([0], [0], color="lightgrey", hatch=hatch, edgecolor="white", label=label)  # legend entry
         bottom += mem_P
     axes[1].set_ylim(0, 1.4 * bottom.max())  # room for the legend
-    axes[1].set(ylabel=f"XLA memory / {ref}'s total", title=f"compiled step memory, stacked ({ref}: "
-                f"{runs[ref]['memory']['total'] / 2**20:.1f} MiB)")
+    axes[1].set(
+        ylabel=f"XLA memory / {ref}'s total",
+        title=f"compiled step memory, stacked ({ref}: {runs[ref]['memory']['total'] / 2**20:.1f} MiB)",
+    )
     for key, marker in (("params", "o"), ("flops", "s")):
         values = [runs[p]["relative"][key] for p in names]
-        axes[2].plot(x, [np.nan if v is None else v for v in values], marker, color="black", mfc="none",
-                     label=key, ls="")
+        axes[2].plot(
+            x, [np.nan if v is None else v for v in values], marker, color="black", mfc="none", label=key, ls=""
+        )
     axes[2].set(ylabel=f"/ {ref}'s", title="parameters and XLA FLOPs per step")
     for ax in axes:
         ax.axhline(1.0, **plotting.THEORY_STYLE, label="S6 prediction: equal" if ax is axes[0] else None)

@@ -34,9 +34,17 @@ def model_config(config, run: str, depth: int) -> normjax.ModelConfig:
     """The decoder-only byte LM of this study (scanned layers: one compile per run, whatever the depth)."""
     placement, norm = split_run(run)
     return normjax.ModelConfig(
-        arch="decoder", vocab_size=len(nt.byte_vocab()), d_model=config.d_model, num_heads=config.num_heads,
-        d_ff=config.d_ff, num_layers=depth, placement=placement, norm=norm, scan_layers=True,
-        max_len=config.seq_len)
+        arch="decoder",
+        vocab_size=len(nt.byte_vocab()),
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        d_ff=config.d_ff,
+        num_layers=depth,
+        placement=placement,
+        norm=norm,
+        scan_layers=True,
+        max_len=config.seq_len,
+    )
 
 
 @functools.lru_cache(maxsize=2)
@@ -53,16 +61,26 @@ def data(config):
 
 def hparams(config, vocab_size: int) -> dict:
     """Constant lr from the first update (no warmup), no clipping, no smoothing, no weight decay."""
-    return dict(lr=config.lr, warmup_steps=0, warmup_init_lr=0.0, total_steps=config.num_steps,
-                end_lr=config.lr, d_model=config.d_model, weight_decay=0.0, clip_norm=0.0, label_smoothing=0.0,
-                divergence_loss=config.divergence_factor * math.log(vocab_size),
-                divergence_patience=config.divergence_patience)
+    return dict(
+        lr=config.lr,
+        warmup_steps=0,
+        warmup_init_lr=0.0,
+        total_steps=config.num_steps,
+        end_lr=config.lr,
+        d_model=config.d_model,
+        weight_decay=0.0,
+        clip_norm=0.0,
+        label_smoothing=0.0,
+        divergence_loss=config.divergence_factor * math.log(vocab_size),
+        divergence_patience=config.divergence_patience,
+    )
 
 
 def probe_steps(config) -> list[int]:
     """Every step up to early_steps, then every probe_every steps, and the last one."""
-    return sorted(set(range(config.early_steps + 1)) | set(range(0, config.num_steps, config.probe_every))
-                  | {config.num_steps})
+    return sorted(
+        set(range(config.early_steps + 1)) | set(range(0, config.num_steps, config.probe_every)) | {config.num_steps}
+    )
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=1)
@@ -95,8 +113,12 @@ def deepnorm_init(model, tokens_BT) -> dict:
     @jax.jit
     def alphas(state, tokens_BT):
         sp = normjax.probe(nnx.merge(graphdef, state), tokens_BT)[1]["decoder"]
-        return jnp.stack([jnp.sum((n["attn.post"] - b["attn"]) * x) / jnp.sum(x * x)
-                          for x, n, b in zip(sp.streams[:-1], sp.norm_inputs, sp.branch_outputs, strict=True)])
+        return jnp.stack(
+            [
+                jnp.sum((n["attn.post"] - b["attn"]) * x) / jnp.sum(x * x)
+                for x, n, b in zip(sp.streams[:-1], sp.norm_inputs, sp.branch_outputs, strict=True)
+            ]
+        )
 
     layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "decoder")
     ratios, counts = {}, {}
@@ -152,17 +174,32 @@ def train_run(config, run: str, depth: int) -> dict:
     optimizer = nt.OptimizerSpec(config.optimizer, b1=config.b1, b2=config.b2, eps=config.eps)
     spec = nt.StepSpec(nnx.graphdef(model), "lm", "constant", optimizer)
     hp, start = hparams(config, cfg.vocab_size), time.time()
-    probes, metrics, state = _train(spec, nt.init_state(spec, model, config.seed, hp), batches, fixed,
-                                    config.num_steps, set(probe_steps(config)), config.divergence_check_every)
+    probes, metrics, state = _train(
+        spec,
+        nt.init_state(spec, model, config.seed, hp),
+        batches,
+        fixed,
+        config.num_steps,
+        set(probe_steps(config)),
+        config.divergence_check_every,
+    )
     diverged = int(state.diverged_at)  # the discarded update after the last probe may set it to num_steps + 1
     # The same init and batches at update_lr: lr is traced, so the compiled step is reused.
-    again = nt.init_state(spec, normjax.Transformer(cfg, rngs=nnx.Rngs(config.seed)), config.seed,
-                          hp | {"lr": config.update_lr})
-    small = _train(spec, again, batches, fixed, config.early_steps, set(range(config.early_steps + 1)),
-                   config.early_steps + 1)[0]
-    return {"init": init, "probes": probes, "diverged_step": diverged if 0 <= diverged <= config.num_steps else None,
-            "loss": [float(m["loss"]) for m in metrics], "grad_norm": [float(m["grad_norm"]) for m in metrics],
-            "small_lr_update": small["update"], "wall_time_s": time.time() - start}
+    again = nt.init_state(
+        spec, normjax.Transformer(cfg, rngs=nnx.Rngs(config.seed)), config.seed, hp | {"lr": config.update_lr}
+    )
+    small = _train(
+        spec, again, batches, fixed, config.early_steps, set(range(config.early_steps + 1)), config.early_steps + 1
+    )[0]
+    return {
+        "init": init,
+        "probes": probes,
+        "diverged_step": diverged if 0 <= diverged <= config.num_steps else None,
+        "loss": [float(m["loss"]) for m in metrics],
+        "grad_norm": [float(m["grad_norm"]) for m in metrics],
+        "small_lr_update": small["update"],
+        "wall_time_s": time.time() - start,
+    }
 
 
 def summarize(rec: dict, config) -> dict:
@@ -172,31 +209,47 @@ def summarize(rec: dict, config) -> dict:
     early = (steps_ >= 1) & (steps_ <= config.early_steps)
     grads_PL, rms = np.array(p["layer_grad_norm"], float), np.array(p["ln_input_rms"], float)
     loss = np.array(rec["loss"], float)
-    final = None if rec["diverged_step"] is not None else float(np.mean(loss[-config.final_window:]))
-    return {"early_update": float(np.mean(np.array(rec["small_lr_update"], float)[1:])),
-            "early_update_train_lr": float(np.mean(update[early])),
-            "first_update_relative": float(update[1] / p["output_norm"]), "final_loss": final,
-            "diverged_step": rec["diverged_step"], "ln_rms_init": float(rms[0]), "ln_rms_peak": float(np.nanmax(rms)),
-            "grad_bottom_init": float(grads_PL[0, 0]), "grad_bottom_end": float(grads_PL[-1, 0]),
-            "grad_top_end": float(grads_PL[-1, -1])}
+    final = None if rec["diverged_step"] is not None else float(np.mean(loss[-config.final_window :]))
+    return {
+        "early_update": float(np.mean(np.array(rec["small_lr_update"], float)[1:])),
+        "early_update_train_lr": float(np.mean(update[early])),
+        "first_update_relative": float(update[1] / p["output_norm"]),
+        "final_loss": final,
+        "diverged_step": rec["diverged_step"],
+        "ln_rms_init": float(rms[0]),
+        "ln_rms_peak": float(np.nanmax(rms)),
+        "grad_bottom_init": float(grads_PL[0, 0]),
+        "grad_bottom_end": float(grads_PL[-1, 0]),
+        "grad_top_end": float(grads_PL[-1, -1]),
+    }
 
 
 def compute(config, study) -> dict:
-    jobs = sorted([(d, r) for d in config.depths for r in config.runs]
-                  + [(d, r) for d in config.side_depths for r in config.side_runs])
-    setup = {"task": "decoder-only byte LM (stdlib .py files)", "lr": config.lr, "update_lr": config.update_lr,
-             "schedule": "constant, no warmup",
-             "optimizer": f"{config.optimizer} ({config.b1}, {config.b2})", "early_steps": config.early_steps,
-             "probe_steps": probe_steps(config)}
+    jobs = sorted(
+        [(d, r) for d in config.depths for r in config.runs]
+        + [(d, r) for d in config.side_depths for r in config.side_runs]
+    )
+    setup = {
+        "task": "decoder-only byte LM (stdlib .py files)",
+        "lr": config.lr,
+        "update_lr": config.update_lr,
+        "schedule": "constant, no warmup",
+        "optimizer": f"{config.optimizer} ({config.b1}, {config.b2})",
+        "early_steps": config.early_steps,
+        "probe_steps": probe_steps(config),
+    }
     results = {"setup": setup, "runs": {}, "summary": {}}
     for depth, run in tqdm(jobs, desc="deep_training", unit="run"):
         rec = study.cached(f"{run.replace(':', '-')}-L{depth}", lambda r=run, d=depth: train_run(config, r, d))
         results["runs"].setdefault(run, {})[str(depth)] = rec
         results["summary"].setdefault(run, {})[str(depth)] = summarize(rec, config)
     results["update_fits"] = {
-        run: fits.power_law_fit(config.depths, [results["summary"][run][str(d)]["early_update"]
-                                                for d in config.depths]).to_dict()
-        for run in config.runs if len(config.depths) >= 2}
+        run: fits.power_law_fit(
+            config.depths, [results["summary"][run][str(d)]["early_update"] for d in config.depths]
+        ).to_dict()
+        for run in config.runs
+        if len(config.depths) >= 2
+    }
     results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
@@ -212,26 +265,51 @@ def plot(results: dict, study) -> list[str]:
     fig, (ax_u, ax_t, ax_l) = plotting.figure(ncols=3)
     for run in summary:
         side = ":" in run
-        style = dict(color=plotting.color(split_run(run)[0]), marker="s" if side else "o", ms=4, label=run,
-                     linestyle="--" if side else "-", mfc="white" if side else None)
+        style = dict(
+            color=plotting.color(split_run(run)[0]),
+            marker="s" if side else "o",
+            ms=4,
+            label=run,
+            linestyle="--" if side else "-",
+            mfc="white" if side else None,
+        )
         ax_u.plot(*_depth_series(summary[run], "early_update"), **style)
         ax_l.plot(*_depth_series(summary[run], "final_loss"), **style)
     if "post" in summary:  # the Post-LN prediction: an update growing with depth (O(N), Liu et al.)
         d, u = _depth_series(summary["post"], "early_update")
         ax_u.plot(d, u[0] * np.array(d) / d[0], **plotting.THEORY_STYLE, label=r"$\propto$ depth (Post-LN, O(N))")
-    ax_u.set(xscale="log", yscale="log", xlabel="layers", ylabel=r"$\|F(x,\theta_t) - F(x,\theta_0)\|$",
-             title=f"early update, mean over t = 1..{setup['early_steps']} (lr {setup['update_lr']:g})")
+    ax_u.set(
+        xscale="log",
+        yscale="log",
+        xlabel="layers",
+        ylabel=r"$\|F(x,\theta_t) - F(x,\theta_0)\|$",
+        title=f"early update, mean over t = 1..{setup['early_steps']} (lr {setup['update_lr']:g})",
+    )
     depths = sorted({int(d) for r in ("post", "deepnorm") for d in runs.get(r, {})})
     for run in ("post", "deepnorm"):
         for i, d in enumerate(depths):
             if str(d) in runs.get(run, {}):
                 update = runs[run][str(d)]["small_lr_update"]
-                ax_t.plot(np.arange(1, len(update)), update[1:], color=plotting.color(run), marker=".",
-                          alpha=0.3 + 0.7 * i / max(len(depths) - 1, 1), label=f"{run} L={d}")
-    ax_t.set(yscale="log", xlabel="step t", ylabel="model update",
-             title=f"update vs step, lr {setup['update_lr']:g} (darker = deeper)")
-    ax_l.set(xscale="log", xlabel="layers", ylabel="final train loss (nats/byte)",
-             title=f"final loss at lr {setup['lr']:g} (missing = diverged)")
+                ax_t.plot(
+                    np.arange(1, len(update)),
+                    update[1:],
+                    color=plotting.color(run),
+                    marker=".",
+                    alpha=0.3 + 0.7 * i / max(len(depths) - 1, 1),
+                    label=f"{run} L={d}",
+                )
+    ax_t.set(
+        yscale="log",
+        xlabel="step t",
+        ylabel="model update",
+        title=f"update vs step, lr {setup['update_lr']:g} (darker = deeper)",
+    )
+    ax_l.set(
+        xscale="log",
+        xlabel="layers",
+        ylabel="final train loss (nats/byte)",
+        title=f"final loss at lr {setup['lr']:g} (missing = diverged)",
+    )
     depths = sorted({int(d) for by in summary.values() for d in by})
     for ax in (ax_u, ax_l):
         ax.set_xticks(depths, [str(d) for d in depths])
@@ -265,8 +343,12 @@ def plot_instability(results: dict, study) -> list[str]:
     axes[1].axhline(1.0, **plotting.THEORY_STYLE, label=r"$\|x\| = \sqrt{d}$")
     axes[1].axhline(LN_INPUT_LARGE, color="grey", ls=":", label=r"D3's $\gg\sqrt{d}$ threshold")
     axes[0].set(xlabel="step", ylabel="train loss", title=f"L={depth}, lr {results['setup']['lr']:g}, no warmup")
-    axes[1].set(xlabel="step", ylabel=r"max over LN sites of $\|x\|/\sqrt{d}$", yscale="log",
-                title="LN inputs (Pre-LN: the stream)")
+    axes[1].set(
+        xlabel="step",
+        ylabel=r"max over LN sites of $\|x\|/\sqrt{d}$",
+        yscale="log",
+        title="LN inputs (Pre-LN: the stream)",
+    )
     axes[2].set(xlabel="step", ylabel="grad norm, layer 0", yscale="log", title="bottom-layer gradient")
     axes[3].set(xlabel="layer", ylabel="grad norm", yscale="log", title="gradient per layer (dotted: init)")
     for ax in axes:

@@ -35,17 +35,27 @@ def deepnorm_init(results: dict) -> list[dict]:
             # the sample std of n Gaussian draws has relative standard error 1/sqrt(2n): allow 5 of them
             worst_std = max(worst_std, abs(ratio / target - 1) / (5 / np.sqrt(2 * init["counts"][name])))
         s = init["std_over_xavier"]
-        parts.append(f"L={depth}: alpha {np.mean(init['alpha']):.4f} (paper {alpha:.4f}), FFN/V/O std/Xavier "
-                     f"{min(s[k] for k in s if 'query' not in k and 'key' not in k):.3f}-"
-                     f"{max(s[k] for k in s if 'query' not in k and 'key' not in k):.3f} (beta {beta:.3f}), "
-                     f"Q/K {s['attn/query/kernel']:.3f}/{s['attn/key/kernel']:.3f} (1)")
+        parts.append(
+            f"L={depth}: alpha {np.mean(init['alpha']):.4f} (paper {alpha:.4f}), FFN/V/O std/Xavier "
+            f"{min(s[k] for k in s if 'query' not in k and 'key' not in k):.3f}-"
+            f"{max(s[k] for k in s if 'query' not in k and 'key' not in k):.3f} (beta {beta:.3f}), "
+            f"Q/K {s['attn/query/kernel']:.3f}/{s['attn/key/kernel']:.3f} (1)"
+        )
     ok = worst_alpha <= ALPHA_RTOL and worst_std <= 1.0
-    return [verdict_row(
-        "D1", "decoder-only DeepNorm: alpha = (2M)^(1/4); FFN, W^V, W^O init std = beta * Xavier with beta = "
-        "(8M)^(-1/4); W^Q, W^K unscaled", "; ".join(parts), "holds" if ok else "does not hold",
-        f"rule: measured alpha within {ALPHA_RTOL:g} relative of the paper value in every block, and every kernel "
-        "std within 5 standard errors of its target; only the decoder-only row of Table 1 is exercised here",
-        None, worst_alpha_rel_err=worst_alpha, worst_std_in_5_stderr_units=worst_std)]
+    return [
+        verdict_row(
+            "D1",
+            "decoder-only DeepNorm: alpha = (2M)^(1/4); FFN, W^V, W^O init std = beta * Xavier with beta = "
+            "(8M)^(-1/4); W^Q, W^K unscaled",
+            "; ".join(parts),
+            "holds" if ok else "does not hold",
+            f"rule: measured alpha within {ALPHA_RTOL:g} relative of the paper value in every block, and every kernel "
+            "std within 5 standard errors of its target; only the decoder-only row of Table 1 is exercised here",
+            None,
+            worst_alpha_rel_err=worst_alpha,
+            worst_std_in_5_stderr_units=worst_std,
+        )
+    ]
 
 
 def _series(results: dict, run: str, key: str) -> tuple[list[int], np.ndarray]:
@@ -57,9 +67,15 @@ def _series(results: dict, run: str, key: str) -> tuple[list[int], np.ndarray]:
 def early_update(results: dict) -> list[dict]:
     fits_ = results.get("update_fits", {})
     if "post" not in fits_ or "deepnorm" not in fits_:
-        return [verdict_row("D2", "early update grows with depth for Post-LN, small and flat for DeepNorm",
-                            "post and deepnorm not both run at two or more depths", "not testable at this scale",
-                            "needs post and deepnorm at two or more depths")]
+        return [
+            verdict_row(
+                "D2",
+                "early update grows with depth for Post-LN, small and flat for DeepNorm",
+                "post and deepnorm not both run at two or more depths",
+                "not testable at this scale",
+                "needs post and deepnorm at two or more depths",
+            )
+        ]
     depths, post = _series(results, "post", "early_update")
     _, deep = _series(results, "deepnorm", "early_update")
     s_post, s_deep = fits_["post"]["exponent"], fits_["deepnorm"]["exponent"]
@@ -67,17 +83,31 @@ def early_update(results: dict) -> list[dict]:
     verdict = "holds" if grows and smaller and flatter else ("partly holds" if grows or smaller else "does not hold")
     _, post_lr = _series(results, "post", "early_update_train_lr")
     _, deep_lr = _series(results, "deepnorm", "early_update_train_lr")
-    measured = (f"mean update over steps 1..{results['setup']['early_steps']} at lr {results['setup']['update_lr']:g}, "
-                f"depths {depths}: Post-LN {np.round(post, 2).tolist()} (log-log slope {s_post:.2f}), DeepNorm "
-                f"{np.round(deep, 2).tolist()} (slope {s_deep:.2f}); at the training lr {results['setup']['lr']:g} "
-                f"both saturate at about ||F|| (Post-LN {np.round(post_lr, 1).tolist()}, DeepNorm "
-                f"{np.round(deep_lr, 1).tolist()})")
-    reason = (f"rule: Post-LN slope >= {POST_GROWTH_SLOPE} (grows), DeepNorm below Post-LN at every depth and "
-              f"|DeepNorm slope| <= half of Post-LN's (flat); holds if all three, partly if Post-LN grows or "
-              f"DeepNorm is smaller; got grows={grows}, smaller={smaller}, flatter={flatter}")
-    return [verdict_row("D2", "early update ||F(x, theta_t) - F(x, theta_0)|| grows with depth for Post-LN, "
-                        "small and nearly flat for DeepNorm", measured, verdict, reason, "depth_sweep.png",
-                        post_slope=s_post, deepnorm_slope=s_deep)]
+    measured = (
+        f"mean update over steps 1..{results['setup']['early_steps']} at lr {results['setup']['update_lr']:g}, "
+        f"depths {depths}: Post-LN {np.round(post, 2).tolist()} (log-log slope {s_post:.2f}), DeepNorm "
+        f"{np.round(deep, 2).tolist()} (slope {s_deep:.2f}); at the training lr {results['setup']['lr']:g} "
+        f"both saturate at about ||F|| (Post-LN {np.round(post_lr, 1).tolist()}, DeepNorm "
+        f"{np.round(deep_lr, 1).tolist()})"
+    )
+    reason = (
+        f"rule: Post-LN slope >= {POST_GROWTH_SLOPE} (grows), DeepNorm below Post-LN at every depth and "
+        f"|DeepNorm slope| <= half of Post-LN's (flat); holds if all three, partly if Post-LN grows or "
+        f"DeepNorm is smaller; got grows={grows}, smaller={smaller}, flatter={flatter}"
+    )
+    return [
+        verdict_row(
+            "D2",
+            "early update ||F(x, theta_t) - F(x, theta_0)|| grows with depth for Post-LN, "
+            "small and nearly flat for DeepNorm",
+            measured,
+            verdict,
+            reason,
+            "depth_sweep.png",
+            post_slope=s_post,
+            deepnorm_slope=s_deep,
+        )
+    ]
 
 
 def _first_step(steps: list[int], flags) -> int | None:
@@ -98,30 +128,49 @@ def failure_chain(results: dict) -> list[dict]:
     grad_step = _first_step(probes["step"], [g <= GRAD_VANISHED * grads[0] for g in grads])
     per_block = (post["grad_top_end"] / post["grad_bottom_end"]) ** (1 / max(depth - 1, 1))
     rms_then = probes["ln_input_rms"][probes["step"].index(grad_step)] if grad_step is not None else None
-    links = {"exploding update": first >= EXPLODING and first > deep_first,
-             "LN inputs >> sqrt(d) before gradients vanish": ln_step is not None
-             and (grad_step is None or ln_step <= grad_step),
-             "vanishing gradients": grad_step is not None}
-    diverged = sorted(f"{run} L={d} (step {s['diverged_step']})" for run, by in summary.items()
-                      for d, s in by.items() if s["diverged_step"] is not None)
-    measured = (f"Post-LN L={depth}, lr {results['setup']['lr']:g}, no warmup: first update ||dF||/||F|| = "
-                f"{first:.2f} (DeepNorm {deep_first:.2f}); max LN input ||x||/sqrt(d) {post['ln_rms_init']:.2f} at "
-                f"init -> peak {post['ln_rms_peak']:.2f} (>= {ln_large:.2f} from step {ln_step}); layer-0 gradient "
-                f"{post['grad_bottom_init']:.2e} at init -> {post['grad_bottom_end']:.2e} at the end (<= "
-                f"{GRAD_VANISHED:g}x from step {grad_step}, when the max LN-input rms was "
-                f"{'n/a' if rms_then is None else format(rms_then, '.2f')}; top layer {post['grad_top_end']:.2e}, "
-                f"so a factor {per_block:.2f} per block ({np.sqrt(per_block):.2f} per LN) smaller toward the input); "
-                f"diverged runs: "
-                f"{', '.join(diverged) or 'none'}")
+    links = {
+        "exploding update": first >= EXPLODING and first > deep_first,
+        "LN inputs >> sqrt(d) before gradients vanish": ln_step is not None
+        and (grad_step is None or ln_step <= grad_step),
+        "vanishing gradients": grad_step is not None,
+    }
+    diverged = sorted(
+        f"{run} L={d} (step {s['diverged_step']})"
+        for run, by in summary.items()
+        for d, s in by.items()
+        if s["diverged_step"] is not None
+    )
+    measured = (
+        f"Post-LN L={depth}, lr {results['setup']['lr']:g}, no warmup: first update ||dF||/||F|| = "
+        f"{first:.2f} (DeepNorm {deep_first:.2f}); max LN input ||x||/sqrt(d) {post['ln_rms_init']:.2f} at "
+        f"init -> peak {post['ln_rms_peak']:.2f} (>= {ln_large:.2f} from step {ln_step}); layer-0 gradient "
+        f"{post['grad_bottom_init']:.2e} at init -> {post['grad_bottom_end']:.2e} at the end (<= "
+        f"{GRAD_VANISHED:g}x from step {grad_step}, when the max LN-input rms was "
+        f"{'n/a' if rms_then is None else format(rms_then, '.2f')}; top layer {post['grad_top_end']:.2e}, "
+        f"so a factor {per_block:.2f} per block ({np.sqrt(per_block):.2f} per LN) smaller toward the input); "
+        f"diverged runs: "
+        f"{', '.join(diverged) or 'none'}"
+    )
     verdict = {3: "holds", 0: "does not hold"}.get(sum(links.values()), "partly holds")
-    reason = (f"rule, each link at the largest depth: first update >= {EXPLODING:g}x ||F|| and above DeepNorm's; "
-              f"LN-input rms >= {LN_INPUT_LARGE:g} and >= 2x its init value no later than the layer-0 gradient "
-              f"falls to <= {GRAD_VANISHED:g}x its init value (the chain's order); that fall happens; holds if all "
-              "three, partly if some: "
-              + ", ".join(f"{k}={v}" for k, v in links.items()))
-    return [verdict_row("D3", "Post-LN without warmup: exploding update, then LN inputs >> sqrt(d), then vanishing "
-                        "gradients", measured, verdict, reason, "instability.png", ln_step=ln_step,
-                        grad_step=grad_step, **{k.replace(" ", "_"): bool(v) for k, v in links.items()})]
+    reason = (
+        f"rule, each link at the largest depth: first update >= {EXPLODING:g}x ||F|| and above DeepNorm's; "
+        f"LN-input rms >= {LN_INPUT_LARGE:g} and >= 2x its init value no later than the layer-0 gradient "
+        f"falls to <= {GRAD_VANISHED:g}x its init value (the chain's order); that fall happens; holds if all "
+        "three, partly if some: " + ", ".join(f"{k}={v}" for k, v in links.items())
+    )
+    return [
+        verdict_row(
+            "D3",
+            "Post-LN without warmup: exploding update, then LN inputs >> sqrt(d), then vanishing gradients",
+            measured,
+            verdict,
+            reason,
+            "instability.png",
+            ln_step=ln_step,
+            grad_step=grad_step,
+            **{k.replace(" ", "_"): bool(v) for k, v in links.items()},
+        )
+    ]
 
 
 def _fmt(loss: float | None) -> str:
@@ -144,21 +193,43 @@ def deepnorm_depth(results: dict) -> list[dict]:
     depths = sorted((d for d in summary["post"] if d in summary["deepnorm"]), key=int)
     failing = [d for d in depths if not _trains(summary, "post", d)]
     best = {d: min(by[d]["final_loss"] for by in summary.values() if d in by and by[d]["final_loss"]) for d in depths}
-    measured = "final loss post / deepnorm / best run: " + "; ".join(
-        f"L={d}: {_fmt(summary['post'][d]['final_loss'])} / {_fmt(summary['deepnorm'][d]['final_loss'])} / "
-        f"{best[d]:.3f}" for d in depths) + f"; Post-LN fails or degrades at L = {[int(d) for d in failing]}"
+    measured = (
+        "final loss post / deepnorm / best run: "
+        + "; ".join(
+            f"L={d}: {_fmt(summary['post'][d]['final_loss'])} / {_fmt(summary['deepnorm'][d]['final_loss'])} / "
+            f"{best[d]:.3f}"
+            for d in depths
+        )
+        + f"; Post-LN fails or degrades at L = {[int(d) for d in failing]}"
+    )
     prediction = "DeepNorm trains stably at the largest depth where Post-LN fails or degrades (DeepNorm half of S7)"
     rule = f"Post-LN fails or degrades: diverged or final loss > {1 + LOSS_TOLERANCE:g}x the best run at that depth"
     if not failing:
-        return [verdict_row("S7", prediction, measured + f" (none up to L={depths[-1]} at lr "
-                            f"{results['setup']['lr']:g})", "not testable at this scale", rule, "depth_sweep.png")]
+        return [
+            verdict_row(
+                "S7",
+                prediction,
+                measured + f" (none up to L={depths[-1]} at lr {results['setup']['lr']:g})",
+                "not testable at this scale",
+                rule,
+                "depth_sweep.png",
+            )
+        ]
     d = failing[-1]
     ok = _trains(summary, "deepnorm", d)
     dn = summary["deepnorm"][d]
     verdict = "holds" if ok else ("partly holds" if dn["diverged_step"] is None else "does not hold")
-    return [verdict_row("S7", prediction, measured, verdict,
-                        rule + "; holds if DeepNorm trains within the same tolerance there, partly if it only "
-                        "avoids divergence", "depth_sweep.png", depth=int(d))]
+    return [
+        verdict_row(
+            "S7",
+            prediction,
+            measured,
+            verdict,
+            rule + "; holds if DeepNorm trains within the same tolerance there, partly if it only avoids divergence",
+            "depth_sweep.png",
+            depth=int(d),
+        )
+    ]
 
 
 def _replaces(results: dict, claim: str, run: str, prediction: str) -> list[dict]:
@@ -173,15 +244,28 @@ def _replaces(results: dict, claim: str, run: str, prediction: str) -> list[dict
     close = all(r <= 1 + REPLACE_TOLERANCE for r in ratios.values())
     verdict = "does not hold" if diverged else ("holds" if close else "partly holds")
     measured = "; ".join(f"L={d}: {run} {_fmt(own)} vs pre {_fmt(pre)}" for d, (own, pre) in pairs.items())
-    return [verdict_row(claim, prediction, measured + f" (lr {results['setup']['lr']:g}, no warmup)", verdict,
-                        f"rule: no divergence and final loss <= {1 + REPLACE_TOLERANCE:g}x Pre-LN's at equal steps "
-                        "(holds), no divergence but worse (partly), diverged (does not hold)", "depth_sweep.png",
-                        ratios=ratios)]
+    return [
+        verdict_row(
+            claim,
+            prediction,
+            measured + f" (lr {results['setup']['lr']:g}, no warmup)",
+            verdict,
+            f"rule: no divergence and final loss <= {1 + REPLACE_TOLERANCE:g}x Pre-LN's at equal steps "
+            "(holds), no divergence but worse (partly), diverged (does not hold)",
+            "depth_sweep.png",
+            ratios=ratios,
+        )
+    ]
 
 
 def verdicts(results: dict) -> list[dict]:
     dyt = results["runs"].get("pre:dyt", {})
     alpha0 = sorted({a for rec in dyt.values() for a in rec["init"]["dyt_alpha0"]})
-    return (deepnorm_init(results) + early_update(results) + failure_chain(results) + deepnorm_depth(results)
-            + _replaces(results, "R3", "tfixup", "T-Fixup trains without LN and without warmup at Pre-LN's lr")
-            + _replaces(results, "R6", "pre:dyt", f"DyT (measured alpha_0 = {alpha0}) replaces LayerNorm in Pre-LN"))
+    return (
+        deepnorm_init(results)
+        + early_update(results)
+        + failure_chain(results)
+        + deepnorm_depth(results)
+        + _replaces(results, "R3", "tfixup", "T-Fixup trains without LN and without warmup at Pre-LN's lr")
+        + _replaces(results, "R6", "pre:dyt", f"DyT (measured alpha_0 = {alpha0}) replaces LayerNorm in Pre-LN")
+    )

@@ -25,9 +25,17 @@ def model_config(config, setting: str, placement: str, num_layers: int) -> normj
     """An encoder of depth L, layers scanned so one compile per depth serves every seed."""
     theory = setting == "theory"
     return normjax.ModelConfig(
-        arch="encoder", vocab_size=config.vocab_size, d_model=config.d_model,
-        num_heads=1 if theory else config.num_heads, d_ff=config.d_ff, num_layers=num_layers,
-        placement=placement, theory=theory, scan_layers=True, max_len=max(config.seq_len, 8))
+        arch="encoder",
+        vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        num_heads=1 if theory else config.num_heads,
+        d_ff=config.d_ff,
+        num_layers=num_layers,
+        placement=placement,
+        theory=theory,
+        scan_layers=True,
+        max_len=max(config.seq_len, 8),
+    )
 
 
 def measure(config, setting: str, placement: str, num_layers: int, seed: int) -> dict:
@@ -36,9 +44,10 @@ def measure(config, setting: str, placement: str, num_layers: int, seed: int) ->
     model = normjax.Transformer(cfg, rngs=nnx.Rngs(seed))
     task = CopyTask("encoder", config.batch_size, config.seq_len, config.vocab_size)
     norms = ffn_grad_norms(model, task, config.num_batches, seed=1000 + seed)["encoder"]
-    return {where: {name: {metric: float(norms[name][metric][index]) for metric in METRICS}
-                    for name in FFN_KERNELS}
-            for where, index in WHERE.items()}
+    return {
+        where: {name: {metric: float(norms[name][metric][index]) for metric in METRICS} for name in FFN_KERNELS}
+        for where, index in WHERE.items()
+    }
 
 
 def _aggregate(depths, runs_DS: list[list[dict]]) -> dict:
@@ -50,8 +59,7 @@ def _aggregate(depths, runs_DS: list[list[dict]]) -> dict:
                 values_DS = np.array([[r[where][name][metric] for r in runs] for runs in runs_DS])
                 depths_DS = np.broadcast_to(np.array(depths)[:, None], values_DS.shape)
                 fit = fits.power_law_fit(depths_DS, values_DS)
-                out.setdefault(where, {}).setdefault(name, {})[metric] = {
-                    "values": values_DS, "fit": fit.to_dict()}
+                out.setdefault(where, {}).setdefault(name, {})[metric] = {"values": values_DS, "fit": fit.to_dict()}
     return out
 
 
@@ -61,9 +69,14 @@ def compute(config, study) -> dict:
     done = {}
     for setting, placement, L in tqdm(jobs, desc="depth_scaling", unit="model"):
         done.setdefault((setting, placement), []).append(
-            [study.cached(f"{setting}-{placement}-L{L}-{seed}",
-                          lambda s=seed, st=setting, p=placement, n=L: measure(config, st, p, n, s))
-             for seed in range(config.num_seeds)])
+            [
+                study.cached(
+                    f"{setting}-{placement}-L{L}-{seed}",
+                    lambda s=seed, st=setting, p=placement, n=L: measure(config, st, p, n, s),
+                )
+                for seed in range(config.num_seeds)
+            ]
+        )
     for (setting, placement), runs_DS in done.items():
         results["runs"].setdefault(setting, {})[placement] = _aggregate(config.depths, runs_DS)
     results["verdicts"] = verdicts(to_jsonable(results))
@@ -88,21 +101,28 @@ def plot(results: dict, study) -> list[str]:
                 depths = np.array(agg["depths"], float)
                 m = agg[where][name][metric]
                 values_DS = np.array(m["values"], float)
-                ax.plot(np.repeat(depths, values_DS.shape[1]), values_DS.ravel(), ".", color=c,
-                        alpha=0.5)
+                ax.plot(np.repeat(depths, values_DS.shape[1]), values_DS.ravel(), ".", color=c, alpha=0.5)
                 fit = m["fit"]
-                ax.plot(depths, fit["prefactor"] * depths ** fit["exponent"], color=c,
-                        label=f"{placement}: slope {fit['exponent']:+.2f} +- {fit['stderr']:.2f}")
+                ax.plot(
+                    depths,
+                    fit["prefactor"] * depths ** fit["exponent"],
+                    color=c,
+                    label=f"{placement}: slope {fit['exponent']:+.2f} +- {fit['stderr']:.2f}",
+                )
                 if where == "last" and placement in THEOREM1_SLOPE:
-                    ax.plot(depths, _anchored(values_DS, depths, THEOREM1_SLOPE[placement]),
-                            **plotting.THEORY_STYLE)
+                    ax.plot(depths, _anchored(values_DS, depths, THEOREM1_SLOPE[placement]), **plotting.THEORY_STYLE)
                 if where == "last" and placement == "post":
                     ax.plot(depths, _anchored(values_DS, depths, S2_SLOPE), **S2_STYLE)
             if where == "last":
                 ax.plot([], [], **plotting.THEORY_STYLE, label="Theorem 1 slopes (0, -1/2)")
                 ax.plot([], [], **S2_STYLE, label="seed's S2: 1/L (Post-LN)")
-            ax.set(title=f"{where} layer's FFN W2 ({setting} setting)", xlabel="depth L",
-                   ylabel=r"$E\|\nabla W\|$ at init", xscale="log", yscale="log")
+            ax.set(
+                title=f"{where} layer's FFN W2 ({setting} setting)",
+                xlabel="depth L",
+                ylabel=r"$E\|\nabla W\|$ at init",
+                xscale="log",
+                yscale="log",
+            )
             ax.set_xticks(depths, [f"{d:g}" for d in depths])
             ax.xaxis.set_minor_locator(ticker.NullLocator())
             plain_log_ticks(ax)

@@ -31,8 +31,9 @@ def _depths(results) -> str:
 
 
 def theorem1(results: dict) -> dict:
-    prediction = ("last layer's FFN gradient vs L: log-log slope about 0 (Post-LN) and -1/2 "
-                  "(Pre-LN); the theorem's upper bounds")
+    prediction = (
+        "last layer's FFN gradient vs L: log-log slope about 0 (Post-LN) and -1/2 (Pre-LN); the theorem's upper bounds"
+    )
     flags, parts = [], []
     for setting in results["runs"]:
         for placement, predicted in THEOREM1_SLOPE.items():
@@ -41,42 +42,49 @@ def theorem1(results: dict) -> dict:
                 continue
             flags.append(near(fit, predicted))
             other = _fit(results, setting, placement, "last", "norm_of_mean")
-            parts.append(f"{setting} {placement}: slope {_text(fit)} (predicted {predicted:+.1f}; "
-                         f"||E[grad]||: {_text(other)})")
+            parts.append(
+                f"{setting} {placement}: slope {_text(fit)} (predicted {predicted:+.1f}; ||E[grad]||: {_text(other)})"
+            )
     if not flags:
-        return verdict_row("X5", prediction, "no post/pre run", "not testable at this scale",
-                           "the config has neither post nor pre")
+        return verdict_row(
+            "X5", prediction, "no post/pre run", "not testable at this scale", "the config has neither post nor pre"
+        )
     verdict = "holds" if all(flags) else "partly holds" if any(flags) else "does not hold"
-    measured = (f"{_depths(results)}, {results['num_seeds']} seeds, {KERNEL}, mean over "
-                f"{results['num_batches']} batches of ||grad||: " + "; ".join(parts))
-    reason = ("rule: |slope - predicted| <= 2 stderr + 0.1 for every (setting, placement): all -> "
-              "holds, some -> partly holds, none -> does not hold. Theorem 1 gives upper bounds; "
-              "the rule reads them as scaling laws, as the claim does")
+    measured = (
+        f"{_depths(results)}, {results['num_seeds']} seeds, {KERNEL}, mean over "
+        f"{results['num_batches']} batches of ||grad||: " + "; ".join(parts)
+    )
+    reason = (
+        "rule: |slope - predicted| <= 2 stderr + 0.1 for every (setting, placement): all -> "
+        "holds, some -> partly holds, none -> does not hold. Theorem 1 gives upper bounds; "
+        "the rule reads them as scaling laws, as the claim does"
+    )
     return verdict_row("X5", prediction, measured, verdict, reason, FIGURE, matches=flags)
 
 
 def inverse_depth(results: dict) -> dict:
-    prediction = ("Post-LN gradient ~ 1/L near the output (last layer) and exploding with L near "
-                  "the input (first layer)")
+    prediction = "Post-LN gradient ~ 1/L near the output (last layer) and exploding with L near the input (first layer)"
     setting = "real" if "real" in results["runs"] else next(iter(results["runs"]))
     last, first = (_fit(results, setting, "post", w) for w in ("last", "first"))
     if last is None:
-        return verdict_row("S2", prediction, "no post run", "not testable at this scale",
-                           "the config has no post placement")
+        return verdict_row(
+            "S2", prediction, "no post run", "not testable at this scale", "the config has no post placement"
+        )
     inverse = near(last, S2_SLOPE)
     explodes = first["exponent"] > max(EXPLODES, 2 * first["stderr"])
-    verdict = {(True, True): "holds", (False, False): "does not hold"}.get((inverse, explodes),
-                                                                           "partly holds")
-    pre = [f"{w} {_text(f)}" for w in ("last", "first")
-           if (f := _fit(results, setting, "pre", w)) is not None]
-    measured = (f"{setting} setting, {_depths(results)}: Post-LN slope vs L of the last layer's "
-                f"FFN gradient {_text(last)} (S2 says -1), first layer's {_text(first)}"
-                + (f"; Pre-LN: {', '.join(pre)}" if pre else ""))
-    reason = (f"rule (gradient part of S2; the sigma_l premise is in ln_jacobian): last-layer "
-              f"slope within 2 stderr + 0.1 of -1, and first-layer slope > max({EXPLODES}, 2 "
-              "stderr); both -> holds, one -> partly holds, neither -> does not hold")
-    return verdict_row("S2", prediction, measured, verdict, reason, FIGURE,
-                       inverse=inverse, explodes=explodes)
+    verdict = {(True, True): "holds", (False, False): "does not hold"}.get((inverse, explodes), "partly holds")
+    pre = [f"{w} {_text(f)}" for w in ("last", "first") if (f := _fit(results, setting, "pre", w)) is not None]
+    measured = (
+        f"{setting} setting, {_depths(results)}: Post-LN slope vs L of the last layer's "
+        f"FFN gradient {_text(last)} (S2 says -1), first layer's {_text(first)}"
+        + (f"; Pre-LN: {', '.join(pre)}" if pre else "")
+    )
+    reason = (
+        f"rule (gradient part of S2; the sigma_l premise is in ln_jacobian): last-layer "
+        f"slope within 2 stderr + 0.1 of -1, and first-layer slope > max({EXPLODES}, 2 "
+        "stderr); both -> holds, one -> partly holds, neither -> does not hold"
+    )
+    return verdict_row("S2", prediction, measured, verdict, reason, FIGURE, inverse=inverse, explodes=explodes)
 
 
 def verdicts(results: dict) -> list[dict]:

@@ -30,8 +30,9 @@ def batches(cfg: normjax.ModelConfig, config) -> list:
     for b in range(config.num_batches):
         k1, k2, k3 = jax.random.split(jax.random.key(10_000 * config.seed + b), 3)
         tokens = jax.random.randint(k1, shape, 0, cfg.vocab_size)
-        inputs = (tokens, jax.random.randint(k2, shape, 0, cfg.vocab_size)) if cfg.arch == "encoder_decoder" \
-            else (tokens,)
+        inputs = (
+            (tokens, jax.random.randint(k2, shape, 0, cfg.vocab_size)) if cfg.arch == "encoder_decoder" else (tokens,)
+        )
         out.append((inputs, jax.random.randint(k3, shape, 0, cfg.vocab_size)))
     return out
 
@@ -53,17 +54,21 @@ def block_norms(model, inputs, method: str, length: int) -> dict:
     out = {}
     for stack in normjax.stack_names(model):
         ctx = normjax.block_context(model, *inputs, stack=stack)
-        out[stack] = [float(spectral.spectral_norm(normjax.block_fn(model, l, stack, ctx), x[0], method=method))
-                      for l, x in enumerate(tqdm(streams[stack].streams[:-1], desc=f"{stack} block Jacobians",
-                                                 unit="block", leave=False))]
+        out[stack] = [
+            float(spectral.spectral_norm(normjax.block_fn(model, l, stack, ctx), x[0], method=method))
+            for l, x in enumerate(
+                tqdm(streams[stack].streams[:-1], desc=f"{stack} block Jacobians", unit="block", leave=False)
+            )
+        ]
     return out
 
 
 def _site_table(stack_sites: dict, key: str) -> dict:
     """{site: (L,) mean of `key` ("sigma" or "jac_norm") over tokens, None where a layer lacks the site}."""
     names = sorted({site for layer in stack_sites["layers"] for site in layer})
-    return {site: [layer[site][key]["mean"] if site in layer else None for layer in stack_sites["layers"]]
-            for site in names}
+    return {
+        site: [layer[site][key]["mean"] if site in layer else None for layer in stack_sites["layers"]] for site in names
+    }
 
 
 def ffn_gradients(model, data) -> dict:
@@ -72,8 +77,14 @@ def ffn_gradients(model, data) -> dict:
         grads = param_probes.grad_norms(model, loss_fn, data)["stacks"]
     except FloatingPointError as e:
         return {"error": str(e)}
-    return {stack: {name: {k: v[k] for k in ("mean_of_norms", "norm_of_mean")} for name, v in by_name.items()
-                    if name in FFN_WEIGHTS} for stack, by_name in grads.items()}
+    return {
+        stack: {
+            name: {k: v[k] for k in ("mean_of_norms", "norm_of_mean")}
+            for name, v in by_name.items()
+            if name in FFN_WEIGHTS
+        }
+        for stack, by_name in grads.items()
+    }
 
 
 def compute(config, study) -> dict:
@@ -89,15 +100,26 @@ def compute(config, study) -> dict:
     for stack in normjax.stack_names(model):
         final = sites[stack]["final"]
         stacks[stack] = {
-            "num_layers": normjax.num_blocks(model, stack), "placements": list(cfg.layer_placements(stack)),
-            "stream_rms": np.sqrt(streams[stack]["mean"]), "sigma": _site_table(sites[stack], "sigma"),
-            "ln_jacobian": _site_table(sites[stack], "jac_norm"), "block_norm": jac[stack],
-            "final_norm": None if final is None else {"sigma": final["sigma"]["mean"],
-                                                      "ln_jacobian": final["jac_norm"]["mean"]},
-            "ffn_grad": grads.get(stack)}
-    results = {"model": cfg.to_dict(), "stacks": stacks, "stack_order": list(normjax.stack_names(model)),
-               "grad_error": grads.get("error"), "num_batches": config.num_batches,
-               "jacobian_seq_len": min(config.jacobian_seq_len, config.seq_len), "table_file": "table.md"}
+            "num_layers": normjax.num_blocks(model, stack),
+            "placements": list(cfg.layer_placements(stack)),
+            "stream_rms": np.sqrt(streams[stack]["mean"]),
+            "sigma": _site_table(sites[stack], "sigma"),
+            "ln_jacobian": _site_table(sites[stack], "jac_norm"),
+            "block_norm": jac[stack],
+            "final_norm": None
+            if final is None
+            else {"sigma": final["sigma"]["mean"], "ln_jacobian": final["jac_norm"]["mean"]},
+            "ffn_grad": grads.get(stack),
+        }
+    results = {
+        "model": cfg.to_dict(),
+        "stacks": stacks,
+        "stack_order": list(normjax.stack_names(model)),
+        "grad_error": grads.get("error"),
+        "num_batches": config.num_batches,
+        "jacobian_seq_len": min(config.jacobian_seq_len, config.seq_len),
+        "table_file": "table.md",
+    }
     workdir = os.path.dirname(study.path)
     results["warnings"] = diagnose_report.warnings(to_jsonable(results), cfg, dict(config.thresholds), workdir)
     return results
@@ -106,20 +128,27 @@ def compute(config, study) -> dict:
 def plot(results: dict, study) -> list[str]:
     diagnose_report.write_markdown(results, study.figure_stem("table") + ".md")
     fig, axes = plotting.figure(ncols=3, nrows=2, width=4.0, height=3.0)
-    panels = [("residual stream", r"rms of $x_l$ ($\|x_l\|/\sqrt{d}$)"), ("norm inputs", r"$\sigma$ of norm input"),
-              ("norm Jacobians", r"$\|\partial N/\partial z\|_2$"), ("block Jacobians", r"$\|J_l\|_2$"),
-              (r"FFN $W_2$ gradient", "norm (log)"), (r"FFN $W_1$ gradient", "norm (log)")]
+    panels = [
+        ("residual stream", r"rms of $x_l$ ($\|x_l\|/\sqrt{d}$)"),
+        ("norm inputs", r"$\sigma$ of norm input"),
+        ("norm Jacobians", r"$\|\partial N/\partial z\|_2$"),
+        ("block Jacobians", r"$\|J_l\|_2$"),
+        (r"FFN $W_2$ gradient", "norm (log)"),
+        (r"FFN $W_1$ gradient", "norm (log)"),
+    ]
     for ax, (title, ylabel) in zip(axes, panels, strict=True):
         ax.set(title=title, xlabel="layer l", ylabel=ylabel)
     for stack in results["stack_order"]:
         s = results["stacks"][stack]
-        style = {"linestyle": "--" if stack == "decoder" and len(results["stacks"]) > 1 else "-", "marker": "o",
-                 "ms": 3}
+        style = {
+            "linestyle": "--" if stack == "decoder" and len(results["stacks"]) > 1 else "-",
+            "marker": "o",
+            "ms": 3,
+        }
         axes[0].plot(s["stream_rms"], label=stack, **style)
         for site, values in s["sigma"].items():
             axes[1].plot([np.nan if v is None else v for v in values], label=f"{stack} {site}", **style)
-            axes[2].plot([np.nan if v is None else v for v in s["ln_jacobian"][site]], label=f"{stack} {site}",
-                         **style)
+            axes[2].plot([np.nan if v is None else v for v in s["ln_jacobian"][site]], label=f"{stack} {site}", **style)
         axes[3].plot(s["block_norm"], label=stack, **style)
         for ax, weight in ((axes[4], "ffn/fc2/kernel"), (axes[5], "ffn/fc1/kernel")):
             for metric, label in (("mean_of_norms", "mean of ||g_b||"), ("norm_of_mean", "||mean g_b||")):
@@ -132,6 +161,7 @@ def plot(results: dict, study) -> list[str]:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6)
     model = results["model"]
-    fig.suptitle(f"{model['arch']}, placement {model['placement']}, norm {model['norm']}, d {model['d_model']}",
-                 fontsize=9)
+    fig.suptitle(
+        f"{model['arch']}, placement {model['placement']}, norm {model['norm']}, d {model['d_model']}", fontsize=9
+    )
     return plotting.save(fig, study.figure_stem("diagnose"))

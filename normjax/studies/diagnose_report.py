@@ -23,15 +23,44 @@ def table_rows(stack: dict) -> list[list[str]]:
     """Header + one row per layer + the row of x_L (and the final norm, if any)."""
     grad = stack["ffn_grad"] or {}
     w2 = grad.get("ffn/fc2/kernel", {})
-    rows = [["layer", "placement", "rms x_l", "norm input scale", "|dN/dz|", "|J_block|", "W2 grad mean|g|",
-             "W2 grad |E g|"]]
+    rows = [
+        [
+            "layer",
+            "placement",
+            "rms x_l",
+            "norm input scale",
+            "|dN/dz|",
+            "|J_block|",
+            "W2 grad mean|g|",
+            "W2 grad |E g|",
+        ]
+    ]
     for l in range(stack["num_layers"]):
-        rows.append([str(l), stack["placements"][l], _num(stack["stream_rms"][l]), _pair(stack["sigma"], l),
-                     _pair(stack["ln_jacobian"], l), _num(stack["block_norm"][l]),
-                     _num(w2["mean_of_norms"][l]) if w2 else "-", _num(w2["norm_of_mean"][l]) if w2 else "-"])
+        rows.append(
+            [
+                str(l),
+                stack["placements"][l],
+                _num(stack["stream_rms"][l]),
+                _pair(stack["sigma"], l),
+                _pair(stack["ln_jacobian"], l),
+                _num(stack["block_norm"][l]),
+                _num(w2["mean_of_norms"][l]) if w2 else "-",
+                _num(w2["norm_of_mean"][l]) if w2 else "-",
+            ]
+        )
     final = stack["final_norm"] or {}
-    rows.append(["out", "final norm" if final else "(none)", _num(stack["stream_rms"][-1]),
-                 _num(final.get("sigma")), _num(final.get("ln_jacobian")), "", "", ""])
+    rows.append(
+        [
+            "out",
+            "final norm" if final else "(none)",
+            _num(stack["stream_rms"][-1]),
+            _num(final.get("sigma")),
+            _num(final.get("ln_jacobian")),
+            "",
+            "",
+            "",
+        ]
+    )
     return rows
 
 
@@ -47,9 +76,11 @@ def format_table(results: dict, markdown: bool = False) -> str:
         stack = results["stacks"][name]
         rows = table_rows(stack)
         sites = "/".join(stack["sigma"]) or "none"
-        lines.append(f"{'### ' if markdown else ''}{name} stack: {stack['num_layers']} layers, {model['norm']}, "
-                     f"d_model {model['d_model']}; norm columns list the sites {sites} "
-                     "(input scale: sigma for layernorm, rms for rmsnorm)")
+        lines.append(
+            f"{'### ' if markdown else ''}{name} stack: {stack['num_layers']} layers, {model['norm']}, "
+            f"d_model {model['d_model']}; norm columns list the sites {sites} "
+            "(input scale: sigma for layernorm, rms for rmsnorm)"
+        )
         if markdown:
             cells = [[c.replace("|", "\\|") for c in r] for r in rows]
             lines += ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(rows[0])]
@@ -78,33 +109,47 @@ def _stack_warnings(name: str, s: dict, t: dict) -> list[str]:
     growth = rms[-1] / rms[0]
     if growth >= t["stream_growth"]:
         advice = "keep the final norm" if s["final_norm"] else "this stack has no final norm: add one (final_norm=True)"
-        out.append(f"{name}: residual stream grows {_times(growth)} over depth (rms {rms[0]:.3g} -> {rms[-1]:.3g}): "
-                   f"{advice}")
+        out.append(
+            f"{name}: residual stream grows {_times(growth)} over depth (rms {rms[0]:.3g} -> {rms[-1]:.3g}): {advice}"
+        )
     w2 = (s["ffn_grad"] or {}).get("ffn/fc2/kernel")
     g = np.array(w2["mean_of_norms"] if w2 else [], np.float64)
     if g.size and not np.any(g):
-        out.append(f"{name}: the FFN weights get no gradient at init (a zero gate on every branch): only the "
-                   "gates move at the first step")
+        out.append(
+            f"{name}: the FFN weights get no gradient at init (a zero gate on every branch): only the "
+            "gates move at the first step"
+        )
     elif g.size > 1 and g[0] > 0 and g[-1] > 0:
         ratio = g[-1] / g[0]
         if ratio >= t["grad_ratio"]:
-            out.append(f"{name}: FFN gradient norm falls {_times(ratio)} from the top layer to the bottom "
-                       f"({g[-1]:.3g} at layer {len(g) - 1}, {g[0]:.3g} at layer 0): the first layers learn slowest")
+            out.append(
+                f"{name}: FFN gradient norm falls {_times(ratio)} from the top layer to the bottom "
+                f"({g[-1]:.3g} at layer {len(g) - 1}, {g[0]:.3g} at layer 0): the first layers learn slowest"
+            )
         elif 1 / ratio >= t["grad_ratio"]:
-            out.append(f"{name}: FFN gradient norm grows {_times(1 / ratio)} from the top layer to the bottom "
-                       f"({g[-1]:.3g} -> {g[0]:.3g}): the first layers take the largest steps; keep warmup")
+            out.append(
+                f"{name}: FFN gradient norm grows {_times(1 / ratio)} from the top layer to the bottom "
+                f"({g[-1]:.3g} -> {g[0]:.3g}): the first layers take the largest steps; keep warmup"
+            )
     for site, values in s["ln_jacobian"].items():
         v = np.array([np.nan if x is None else x for x in values], np.float64)
         if np.nanmin(v) <= t["ln_jacobian"]:
             l = int(np.nanargmin(v))
-            path = ("on the residual path" if site.endswith(".post") else
-                    "into the branch (the residual path bypasses this norm)")
-            out.append(f"{name}: ||dN/dz|| = {v[l]:.3g} at {site} of layer {l} (input sigma "
-                       f"{s['sigma'][site][l]:.3g}): gradients through this norm shrink {_times(1 / v[l])} {path}")
+            path = (
+                "on the residual path"
+                if site.endswith(".post")
+                else "into the branch (the residual path bypasses this norm)"
+            )
+            out.append(
+                f"{name}: ||dN/dz|| = {v[l]:.3g} at {site} of layer {l} (input sigma "
+                f"{s['sigma'][site][l]:.3g}): gradients through this norm shrink {_times(1 / v[l])} {path}"
+            )
     norms = np.array(s["block_norm"], np.float64)
     if norms.size and norms.max() >= t["block_norm"]:
-        out.append(f"{name}: block {int(norms.argmax())} has Jacobian norm {norms.max():.3g}: a perturbation of its "
-                   "input can grow that much in one block")
+        out.append(
+            f"{name}: block {int(norms.argmax())} has Jacobian norm {norms.max():.3g}: a perturbation of its "
+            "input can grow that much in one block"
+        )
     return out
 
 
@@ -123,28 +168,51 @@ def past_runs(workdir: str, placement: str, norm: str, depth: int) -> list[str]:
     rows = ((wa or {}).get("results") or {}).get("runs")
     if rows is None:
         sweep = _read(os.path.join(workdir, "warmup_ablation", "sweep.json")) or {}
-        rows = [{"placement": r.get("overrides", {}).get("model.placement"),
-                 "warmup": r.get("overrides", {}).get("train.warmup_steps"),
-                 "depth": r.get("overrides", {}).get("model.num_layers"), "lr": r.get("overrides", {}).get("train.lr"),
-                 "outcome": (r.get("summary") or {}).get("outcome")} for r in sweep.get("runs", [])]
+        rows = [
+            {
+                "placement": r.get("overrides", {}).get("model.placement"),
+                "warmup": r.get("overrides", {}).get("train.warmup_steps"),
+                "depth": r.get("overrides", {}).get("model.num_layers"),
+                "lr": r.get("overrides", {}).get("train.lr"),
+                "outcome": (r.get("summary") or {}).get("outcome"),
+            }
+            for r in sweep.get("runs", [])
+        ]
     base_depth = ((wa or {}).get("results") or {}).get("model", {}).get("num_layers")
-    lrs = sorted({r.get("lr") for r in rows if isinstance(r, dict) and r.get("placement") == placement
-                  and r.get("warmup") == 0 and r.get("outcome") == "diverged"
-                  and (r.get("depth") or base_depth or depth) <= depth and r.get("lr") is not None})
+    lrs = sorted(
+        {
+            r.get("lr")
+            for r in rows
+            if isinstance(r, dict)
+            and r.get("placement") == placement
+            and r.get("warmup") == 0
+            and r.get("outcome") == "diverged"
+            and (r.get("depth") or base_depth or depth) <= depth
+            and r.get("lr") is not None
+        }
+    )
     if lrs:
-        out.append(f"{placement} at this depth or shallower diverged without warmup in warmup_ablation "
-                   f"(lr {', '.join(f'{lr:g}' for lr in lrs)}): use warmup")
-    dt = ((_read(os.path.join(workdir, "deep_training", "results.json")) or {}).get("results") or {})
+        out.append(
+            f"{placement} at this depth or shallower diverged without warmup in warmup_ablation "
+            f"(lr {', '.join(f'{lr:g}' for lr in lrs)}): use warmup"
+        )
+    dt = (_read(os.path.join(workdir, "deep_training", "results.json")) or {}).get("results") or {}
     lr = (dt.get("setup") or {}).get("lr")
     for run, by_depth in (dt.get("summary") or {}).items():
         run_placement, _, run_norm = str(run).partition(":")
         if run_placement != placement or (run_norm or "layernorm") != norm or not isinstance(by_depth, dict):
             continue
-        bad = sorted(int(d) for d, rec in by_depth.items() if str(d).isdigit() and int(d) <= depth
-                     and isinstance(rec, dict) and rec.get("diverged_step") is not None)
+        bad = sorted(
+            int(d)
+            for d, rec in by_depth.items()
+            if str(d).isdigit() and int(d) <= depth and isinstance(rec, dict) and rec.get("diverged_step") is not None
+        )
         if bad:
-            out.append(f"{placement} diverged without warmup in deep_training at depth {', '.join(map(str, bad))}"
-                       + (f" (lr {lr:g})" if isinstance(lr, int | float) else "") + ": use warmup")
+            out.append(
+                f"{placement} diverged without warmup in deep_training at depth {', '.join(map(str, bad))}"
+                + (f" (lr {lr:g})" if isinstance(lr, int | float) else "")
+                + ": use warmup"
+            )
     return out
 
 

@@ -20,9 +20,15 @@ TITLES = {"encoder_decoder": "enc-dec", "encoder": "encoder-only", "decoder": "d
 
 def model_config(config, arch: str, placement: str) -> normjax.ModelConfig:
     return normjax.ModelConfig(
-        arch=arch, vocab_size=config.vocab_size, d_model=config.d_model,
-        num_heads=config.num_heads, d_ff=config.d_ff, num_layers=config.num_layers,
-        placement=placement, max_len=max(config.seq_len, 8))
+        arch=arch,
+        vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        d_ff=config.d_ff,
+        num_layers=config.num_layers,
+        placement=placement,
+        max_len=max(config.seq_len, 8),
+    )
 
 
 def measure(config, arch: str, placement: str, seed: int) -> dict:
@@ -37,8 +43,10 @@ def layer_slope(values_SL) -> dict:
     layers_SL = np.broadcast_to(np.arange(values_SL.shape[1]), values_SL.shape)
     fit = fits.linear_fit(layers_SL, np.log(values_SL))
     mean_L = values_SL.mean(0)
-    return fit.to_dict() | {"max_over_min": float(mean_L.max() / mean_L.min()),
-                            "first_over_last": float(mean_L[0] / mean_L[-1])}
+    return fit.to_dict() | {
+        "max_over_min": float(mean_L.max() / mean_L.min()),
+        "first_over_last": float(mean_L[0] / mean_L[-1]),
+    }
 
 
 def _aggregate(runs: list[dict]) -> dict:
@@ -49,8 +57,10 @@ def _aggregate(runs: list[dict]) -> dict:
             for metric in METRICS:
                 values_SL = np.array([r[stack][name][metric] for r in runs])
                 out.setdefault(stack, {}).setdefault(name, {})[metric] = {
-                    "mean": values_SL.mean(0), "std": values_SL.std(0),
-                    "fit": layer_slope(values_SL)}
+                    "mean": values_SL.mean(0),
+                    "std": values_SL.std(0),
+                    "fit": layer_slope(values_SL),
+                }
     return out
 
 
@@ -58,9 +68,10 @@ def compute(config, study) -> dict:
     jobs = [(a, p) for a in config.archs for p in config.placements]
     results = {"runs": {}, "num_batches": config.num_batches, "num_seeds": config.num_seeds}
     for arch, placement in tqdm(jobs, desc="grad_norms_at_init", unit="model"):
-        runs = [study.cached(f"{arch}-{placement}-{seed}",
-                             lambda s=seed, a=arch, p=placement: measure(config, a, p, s))
-                for seed in range(config.num_seeds)]
+        runs = [
+            study.cached(f"{arch}-{placement}-{seed}", lambda s=seed, a=arch, p=placement: measure(config, a, p, s))
+            for seed in range(config.num_seeds)
+        ]
         results["runs"].setdefault(arch, {})[placement] = _aggregate(runs)
     results["verdicts"] = verdicts(to_jsonable(results))
     return results
@@ -68,8 +79,7 @@ def compute(config, study) -> dict:
 
 def panels(results: dict) -> list[tuple[str, str]]:
     """(arch, stack) of every stack measured: seq2seq decoder, seq2seq encoder, then the others."""
-    cells = [(arch, stack) for arch, by_p in results["runs"].items()
-             for stack in next(iter(by_p.values()))]
+    cells = [(arch, stack) for arch, by_p in results["runs"].items() for stack in next(iter(by_p.values()))]
     return sorted(cells, key=lambda c: (c[0] != "encoder_decoder", c[1] != "decoder"))
 
 
@@ -91,18 +101,23 @@ def plot(results: dict, study) -> list[str]:
                     m = agg[stack][name][metric]
                     mean, std = np.array(m["mean"], float), np.array(m["std"], float)
                     l = np.arange(len(mean))
-                    label = (f"{placement} (slope {m['fit']['slope']:+.2f}/layer)"
-                             if metric == "norm_of_mean" else None)
-                    ax.plot(l, mean, style, marker="o" if style == "-" else None, ms=3, color=c,
-                            label=label)
+                    label = f"{placement} (slope {m['fit']['slope']:+.2f}/layer)" if metric == "norm_of_mean" else None
+                    ax.plot(l, mean, style, marker="o" if style == "-" else None, ms=3, color=c, label=label)
                     if metric == "norm_of_mean":
                         ax.fill_between(l, mean - std, mean + std, color=c, alpha=0.15)
-            ax.set(title=f"{TITLES[arch]} ({len(mean)} layers): {stack}", xlabel="layer l",
-                   yscale="log", ylabel=f"gradient norm of {name} in layer l")
+            ax.set(
+                title=f"{TITLES[arch]} ({len(mean)} layers): {stack}",
+                xlabel="layer l",
+                yscale="log",
+                ylabel=f"gradient norm of {name} in layer l",
+            )
             plain_log_ticks(ax)
             ax.legend(fontsize=6)
-        fig.suptitle(rf"init, copy task: $\|E[\nabla W]\|$ over {results['num_batches']} batches "
-                     rf"(solid, $\pm$ std over {results['num_seeds']} seeds), "
-                     rf"$E\|\nabla W\|$ (dotted)", fontsize=9)
+        fig.suptitle(
+            rf"init, copy task: $\|E[\nabla W]\|$ over {results['num_batches']} batches "
+            rf"(solid, $\pm$ std over {results['num_seeds']} seeds), "
+            rf"$E\|\nabla W\|$ (dotted)",
+            fontsize=9,
+        )
         paths += plotting.save(fig, study.figure_stem(f"grad_{name.split('/')[1]}"))
     return paths

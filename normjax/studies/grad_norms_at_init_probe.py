@@ -21,8 +21,7 @@ from flax import nnx
 import normjax
 
 FFN_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel")
-_FFN = nnx.All(nnx.Param, nnx.Any(nnx.PathContains("fc1"), nnx.PathContains("fc2")),
-               nnx.PathContains("kernel"))
+_FFN = nnx.All(nnx.Param, nnx.Any(nnx.PathContains("fc1"), nnx.PathContains("fc2")), nnx.PathContains("kernel"))
 BOS = 0  # token 0 starts the shifted decoder input; the task's tokens are 1 .. V-1
 
 
@@ -63,15 +62,15 @@ def _per_layer_norms(model, grads) -> dict:
     out = {}
     for stack in normjax.stack_names(model):
         layers = normjax.layer_params(grads, model, stack)
-        out[stack] = {name: jnp.stack([jnp.linalg.norm(jnp.ravel(layer[name])) for layer in layers])
-                      for name in FFN_KERNELS}
+        out[stack] = {
+            name: jnp.stack([jnp.linalg.norm(jnp.ravel(layer[name])) for layer in layers]) for name in FFN_KERNELS
+        }
     return out
 
 
 # XLA's backend optimisation level 0 halves the compile time (8 -> 3 s for a 6-layer encoder on the
 # 2-core CPU) for twice the run time of these few small batches: compiling dominates here.
-@functools.partial(jax.jit, static_argnums=(0, 1),
-                   compiler_options={"xla_backend_optimization_level": 0})
+@functools.partial(jax.jit, static_argnums=(0, 1), compiler_options={"xla_backend_optimization_level": 0})
 def _grad_norms(graphdef, task: CopyTask, params, rest, keys):
     model = nnx.merge(graphdef, params, rest)  # read for its config and stack depths only
 
@@ -104,7 +103,14 @@ def ffn_grad_norms(model, task: CopyTask, num_batches: int, seed: int) -> dict:
         for name, norms_NL in names.items():
             if not np.all(np.isfinite(norms_NL)):
                 raise FloatingPointError(f"non-finite {stack} {name} gradient norms: {norms_NL}")
-    return {stack: {name: {"mean_of_norms": norms_NL.mean(0), "std_of_norms": norms_NL.std(0),
-                           "norm_of_mean": norm_of_mean[stack][name]}
-                    for name, norms_NL in names.items()}
-            for stack, names in per_batch.items()}
+    return {
+        stack: {
+            name: {
+                "mean_of_norms": norms_NL.mean(0),
+                "std_of_norms": norms_NL.std(0),
+                "norm_of_mean": norm_of_mean[stack][name],
+            }
+            for name, norms_NL in names.items()
+        }
+        for stack, names in per_batch.items()
+    }

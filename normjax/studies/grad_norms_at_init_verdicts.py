@@ -26,13 +26,14 @@ def _fit(results, arch, placement, stack, name=KERNEL, metric=METRIC) -> dict | 
 
 
 def _stacks(results, placement) -> list[tuple[str, str]]:
-    return [(a, s) for a, by_p in results["runs"].items() if placement in by_p
-            for s in by_p[placement]]
+    return [(a, s) for a, by_p in results["runs"].items() if placement in by_p for s in by_p[placement]]
 
 
 def _describe(fit: dict) -> str:
-    return (f"slope {fit['slope']:+.3f} +- {fit['stderr']:.3f}/layer (r^2 {fit['r2']:.2f}), "
-            f"max/min {fit['max_over_min']:.2f}")
+    return (
+        f"slope {fit['slope']:+.3f} +- {fit['stderr']:.3f}/layer (r^2 {fit['r2']:.2f}), "
+        f"max/min {fit['max_over_min']:.2f}"
+    )
 
 
 def _count_verdict(flags: list[bool]) -> str:
@@ -40,8 +41,7 @@ def _count_verdict(flags: list[bool]) -> str:
 
 
 def _missing(claim, prediction, what):
-    return verdict_row(claim, prediction, f"{what} not run", "not testable at this scale",
-                       f"the config has no {what}")
+    return verdict_row(claim, prediction, f"{what} not run", "not testable at this scale", f"the config has no {what}")
 
 
 def fig3_profile(results: dict) -> dict:
@@ -52,18 +52,20 @@ def fig3_profile(results: dict) -> dict:
         if post is None or pre is None:
             return _missing("X6", prediction, "encoder_decoder post and pre")
         checks += [grows(post), flat(pre)]
-        other = {p: _fit(results, "encoder_decoder", p, stack, metric="mean_of_norms")
-                 for p in ("post", "pre")}
-        parts.append(f"{stack}: post {_describe(post)}, pre {_describe(pre)} (mean of per-batch "
-                     f"norms: post {other['post']['slope']:+.3f}, "
-                     f"pre {other['pre']['slope']:+.3f})")
+        other = {p: _fit(results, "encoder_decoder", p, stack, metric="mean_of_norms") for p in ("post", "pre")}
+        parts.append(
+            f"{stack}: post {_describe(post)}, pre {_describe(pre)} (mean of per-batch "
+            f"norms: post {other['post']['slope']:+.3f}, "
+            f"pre {other['pre']['slope']:+.3f})"
+        )
     n = results["num_batches"]
     measured = f"||E[grad]|| of {KERNEL} over {n} batches; " + "; ".join(parts)
-    reason = (f"rule: 'grows' = slope of ln||grad|| per layer > max({GROW}, 2 stderr), 'flat' = "
-              f"|slope| <= {GROW} + 2 stderr; four checks (post grows, pre flat, in the encoder "
-              "and the decoder): all -> holds, none -> does not hold, else partly holds")
-    return verdict_row("X6", prediction, measured, _count_verdict(checks), reason, FIGURE,
-                       checks=checks)
+    reason = (
+        f"rule: 'grows' = slope of ln||grad|| per layer > max({GROW}, 2 stderr), 'flat' = "
+        f"|slope| <= {GROW} + 2 stderr; four checks (post grows, pre flat, in the encoder "
+        "and the decoder): all -> holds, none -> does not hold, else partly holds"
+    )
+    return verdict_row("X6", prediction, measured, _count_verdict(checks), reason, FIGURE, checks=checks)
 
 
 def decoder_not_encoder(results: dict) -> dict:
@@ -72,12 +74,15 @@ def decoder_not_encoder(results: dict) -> dict:
     if dec is None:
         return _missing("L3", prediction, "encoder_decoder post")
     alone = _fit(results, "encoder", "post", "encoder")
-    verdict = ("does not hold" if not grows(dec) else "partly holds" if grows(enc) else "holds")
-    measured = (f"Post-LN {KERNEL} ||E[grad]||: decoder {_describe(dec)}; encoder {_describe(enc)}"
-                + ("" if alone is None else f"; encoder-only model {_describe(alone)}"))
-    reason = (f"rule: the decoder's gradient grows with the layer index (slope > max({GROW}, 2 "
-              "stderr)) and the encoder's (of the same 6-6 model) does not -> holds; both grow -> "
-              "partly holds; the decoder's does not -> does not hold")
+    verdict = "does not hold" if not grows(dec) else "partly holds" if grows(enc) else "holds"
+    measured = f"Post-LN {KERNEL} ||E[grad]||: decoder {_describe(dec)}; encoder {_describe(enc)}" + (
+        "" if alone is None else f"; encoder-only model {_describe(alone)}"
+    )
+    reason = (
+        f"rule: the decoder's gradient grows with the layer index (slope > max({GROW}, 2 "
+        "stderr)) and the encoder's (of the same 6-6 model) does not -> holds; both grow -> "
+        "partly holds; the decoder's does not -> does not hold"
+    )
     return verdict_row("L3", prediction, measured, verdict, reason, FIGURE)
 
 
@@ -90,32 +95,36 @@ def mixln_flatter(results: dict) -> dict:
             continue
         r = {p: f["max_over_min"] for p, f in ratio.items()}
         flags.append(r["mixln"] < min(r["post"], r["pre"]))
-        parts.append(f"{arch} {stack}: max/min mixln {r['mixln']:.2f}, post {r['post']:.2f}, "
-                     f"pre {r['pre']:.2f}")
+        parts.append(f"{arch} {stack}: max/min mixln {r['mixln']:.2f}, post {r['post']:.2f}, pre {r['pre']:.2f}")
     if not flags:
         return _missing("R5", prediction, "mixln beside post and pre")
-    reason = ("rule: max/min over layers of the seed-mean ||E[grad]|| of "
-              f"{KERNEL}; Mix-LN below both Post-LN and Pre-LN in every stack -> holds, in some "
-              "-> partly holds, in none -> does not hold (Mix-LN is post for floor(L/4) layers: "
-              "1 of 6)")
+    reason = (
+        "rule: max/min over layers of the seed-mean ||E[grad]|| of "
+        f"{KERNEL}; Mix-LN below both Post-LN and Pre-LN in every stack -> holds, in some "
+        "-> partly holds, in none -> does not hold (Mix-LN is post for floor(L/4) layers: "
+        "1 of 6)"
+    )
     return verdict_row("R5", prediction, "; ".join(parts), _count_verdict(flags), reason, FIGURE)
 
 
 def post_vanishing(results: dict) -> dict:
-    prediction = ("Post-LN gradients vanish (exponentially) toward the shallow layers: the "
-                  "gradient link of S1, at init")
+    prediction = "Post-LN gradients vanish (exponentially) toward the shallow layers: the gradient link of S1, at init"
     cells = _stacks(results, "post")
     if not cells:
         return _missing("S1", prediction, "post")
     fits_ = [_fit(results, a, "post", s) for a, s in cells]
     parts = [f"{a} {s}: {_describe(f)}" for (a, s), f in zip(cells, fits_, strict=True)]
-    measured = (f"Post-LN {KERNEL} ||E[grad]|| per layer: " + "; ".join(parts)
-                + ". The LN links of S1 are measured in ln_jacobian")
-    reason = (f"rule: ln||grad|| rises with the layer index (slope > max({GROW}, 2 stderr); "
-              "exponential decay toward layer 0 = a linear trend in the log) in every stack -> "
-              "holds, in some -> partly holds, in none -> does not hold")
-    return verdict_row("S1", prediction, measured, _count_verdict([grows(f) for f in fits_]),
-                       reason, FIGURE)
+    measured = (
+        f"Post-LN {KERNEL} ||E[grad]|| per layer: "
+        + "; ".join(parts)
+        + ". The LN links of S1 are measured in ln_jacobian"
+    )
+    reason = (
+        f"rule: ln||grad|| rises with the layer index (slope > max({GROW}, 2 stderr); "
+        "exponential decay toward layer 0 = a linear trend in the log) in every stack -> "
+        "holds, in some -> partly holds, in none -> does not hold"
+    )
+    return verdict_row("S1", prediction, measured, _count_verdict([grows(f) for f in fits_]), reason, FIGURE)
 
 
 def pre_highway(results: dict) -> dict:
@@ -124,16 +133,26 @@ def pre_highway(results: dict) -> dict:
     if not cells:
         return _missing("S3", prediction, "pre")
     fits_ = [_fit(results, a, "pre", s) for a, s in cells]
-    parts = [f"{a} {s}: first/last layer {f['first_over_last']:.2f}, {_describe(f)}"
-             for (a, s), f in zip(cells, fits_, strict=True)]
+    parts = [
+        f"{a} {s}: first/last layer {f['first_over_last']:.2f}, {_describe(f)}"
+        for (a, s), f in zip(cells, fits_, strict=True)
+    ]
     ok = [f["slope"] <= GROW + 2 * f["stderr"] for f in fits_]
-    reason = (f"rule: no decay toward layer 0 beyond {GROW}/layer (slope of ln||grad|| per layer "
-              f"<= {GROW} + 2 stderr) in every stack -> holds, in some -> partly holds, in none -> "
-              "does not hold")
-    return verdict_row("S3", prediction, f"Pre-LN {KERNEL} ||E[grad]||: " + "; ".join(parts),
-                       _count_verdict(ok), reason, FIGURE)
+    reason = (
+        f"rule: no decay toward layer 0 beyond {GROW}/layer (slope of ln||grad|| per layer "
+        f"<= {GROW} + 2 stderr) in every stack -> holds, in some -> partly holds, in none -> "
+        "does not hold"
+    )
+    return verdict_row(
+        "S3", prediction, f"Pre-LN {KERNEL} ||E[grad]||: " + "; ".join(parts), _count_verdict(ok), reason, FIGURE
+    )
 
 
 def verdicts(results: dict) -> list[dict]:
-    return [fig3_profile(results), decoder_not_encoder(results), mixln_flatter(results),
-            post_vanishing(results), pre_highway(results)]
+    return [
+        fig3_profile(results),
+        decoder_not_encoder(results),
+        mixln_flatter(results),
+        post_vanishing(results),
+        pre_highway(results),
+    ]

@@ -21,9 +21,16 @@ def model_config(config, setting: str, placement: str) -> normjax.ModelConfig:
     """The encoder of this study: Xiong et al.'s theory setting or the real (multi-head) model."""
     theory = setting == "theory"
     return normjax.ModelConfig(
-        arch="encoder", vocab_size=config.vocab_size, d_model=config.d_model,
-        num_heads=1 if theory else config.num_heads, d_ff=config.d_ff, num_layers=config.num_layers,
-        placement=placement, theory=theory, max_len=max(config.seq_len, 8))
+        arch="encoder",
+        vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        num_heads=1 if theory else config.num_heads,
+        d_ff=config.d_ff,
+        num_layers=config.num_layers,
+        placement=placement,
+        theory=theory,
+        max_len=max(config.seq_len, 8),
+    )
 
 
 def _mean_sq(z_BTD) -> float:
@@ -40,8 +47,11 @@ def measure(config, setting: str, placement: str, seed: int) -> dict:
     else:
         tokens = jax.random.randint(key, shape, 0, config.vocab_size)
         probes = normjax.probe(model, tokens)[1]["encoder"]
-    sites = {site: [_mean_sq(n[site]) if site in n else None for n in probes.norm_inputs]
-             for site in NORM_INPUT_SITES if any(site in n for n in probes.norm_inputs)}
+    sites = {
+        site: [_mean_sq(n[site]) if site in n else None for n in probes.norm_inputs]
+        for site in NORM_INPUT_SITES
+        if any(site in n for n in probes.norm_inputs)
+    }
     return {"stream": [_mean_sq(x) for x in probes.streams], "norm_inputs": sites}
 
 
@@ -59,12 +69,13 @@ def theory_setting_check(config, seed: int = 0) -> dict:
         "max_abs_wq_wk": max(float(np.abs(k).max()) for k in qk),
         "std_times_sqrt_fan_in": [float(k.std() * np.sqrt(k.shape[0])) for k in others],
         "weight_counts": [int(k.size) for k in others],
-        "max_abs_bias": max(float(np.abs(np.asarray(p[k])).max()) for p in layers for k in p
-                            if k.endswith("bias") and "norm" not in k),
-        "norm_scale_range": [min(float(np.asarray(p[k]).min()) for p in layers for k in p
-                                 if k.endswith("norm/scale")),
-                             max(float(np.asarray(p[k]).max()) for p in layers for k in p
-                                 if k.endswith("norm/scale"))],
+        "max_abs_bias": max(
+            float(np.abs(np.asarray(p[k])).max()) for p in layers for k in p if k.endswith("bias") and "norm" not in k
+        ),
+        "norm_scale_range": [
+            min(float(np.asarray(p[k]).min()) for p in layers for k in p if k.endswith("norm/scale")),
+            max(float(np.asarray(p[k]).max()) for p in layers for k in p if k.endswith("norm/scale")),
+        ],
         "attention_output_spread_over_tokens": spread,
         "num_heads": model.cfg.num_heads,
     }
@@ -80,8 +91,7 @@ def _aggregate(runs: list[dict]) -> dict:
     stream = np.array([r["stream"] for r in runs])
     out = {"stream_mean": stream.mean(0), "stream_std": stream.std(0), "norm_inputs": {}}
     for site in runs[0]["norm_inputs"]:
-        values = np.array([[np.nan if v is None else v for v in r["norm_inputs"][site]]
-                           for r in runs])
+        values = np.array([[np.nan if v is None else v for v in r["norm_inputs"][site]] for r in runs])
         out["norm_inputs"][site] = {"mean": values.mean(0), "std": values.std(0)}
     return out
 
@@ -98,9 +108,12 @@ def compute(config, study) -> dict:
     if "theory" in config.settings:
         results["theory_check"] = study.cached("theory_check", lambda: theory_setting_check(config))
     for setting, placement in tqdm(jobs, desc="hidden_norms", unit="model"):
-        runs = [study.cached(f"{setting}-{placement}-{seed}",
-                             lambda s=seed, st=setting, p=placement: measure(config, st, p, s))
-                for seed in range(config.num_seeds)]
+        runs = [
+            study.cached(
+                f"{setting}-{placement}-{seed}", lambda s=seed, st=setting, p=placement: measure(config, st, p, s)
+            )
+            for seed in range(config.num_seeds)
+        ]
         agg = _aggregate(runs)
         agg["stream_growth"] = _growth(agg["stream_mean"])
         results["runs"].setdefault(setting, {})[placement] = agg
@@ -120,10 +133,10 @@ def plot(results: dict, study) -> list[str]:
             ax.fill_between(l, mean - std, mean + std, color=plotting.color(placement), alpha=0.2)
         if setting == "theory":
             l = np.arange(len(bounds["pre_lower"]))
-            ax.fill_between(l, bounds["pre_lower"], bounds["pre_upper"], color="grey", alpha=0.15,
-                            label="Lemma 2 (Pre-LN)")
-        ax.set(title=f"residual stream at init ({setting})", xlabel="layer l",
-               ylabel=r"$\|x_l\|^2/d$", yscale="log")
+            ax.fill_between(
+                l, bounds["pre_lower"], bounds["pre_upper"], color="grey", alpha=0.15, label="Lemma 2 (Pre-LN)"
+            )
+        ax.set(title=f"residual stream at init ({setting})", xlabel="layer l", ylabel=r"$\|x_l\|^2/d$", yscale="log")
         ax.legend(fontsize=7)
     paths = plotting.save(fig, study.figure_stem("stream_norms"))
     fig, axes = plotting.figure(ncols=len(settings))
@@ -131,10 +144,14 @@ def plot(results: dict, study) -> list[str]:
         for placement, agg in results["runs"][setting].items():
             site = agg["norm_inputs"].get("ffn.post")
             if site is not None:
-                ax.plot(np.array(site["mean"], float), marker="o", ms=3,
-                        color=plotting.color(placement), label=f"{placement} (FFN LN input)")
+                ax.plot(
+                    np.array(site["mean"], float),
+                    marker="o",
+                    ms=3,
+                    color=plotting.color(placement),
+                    label=f"{placement} (FFN LN input)",
+                )
         ax.axhline(bounds["post_ln_input"], **plotting.THEORY_STYLE, label="Lemma 2: 3/2")
-        ax.set(title=f"Post-LN-style norm inputs ({setting})", xlabel="layer",
-               ylabel=r"$\|z\|^2/d$")
+        ax.set(title=f"Post-LN-style norm inputs ({setting})", xlabel="layer", ylabel=r"$\|z\|^2/d$")
         ax.legend(fontsize=7)
     return paths + plotting.save(fig, study.figure_stem("ln_inputs"))

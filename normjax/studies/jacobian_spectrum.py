@@ -22,9 +22,18 @@ STACK = "encoder"
 def model_config(config, placement: str, num_layers: int) -> normjax.ModelConfig:
     """A scanned float64 encoder: one compiled block serves every layer, rounding stays ~1e-16."""
     return normjax.ModelConfig(
-        arch="encoder", vocab_size=config.vocab_size, d_model=config.d_model, num_heads=config.num_heads,
-        d_ff=config.d_ff, num_layers=num_layers, placement=placement, max_len=max(config.seq_len, 8),
-        scan_layers=True, dtype="float64", param_dtype="float64")
+        arch="encoder",
+        vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        d_ff=config.d_ff,
+        num_layers=num_layers,
+        placement=placement,
+        max_len=max(config.seq_len, 8),
+        scan_layers=True,
+        dtype="float64",
+        param_dtype="float64",
+    )
 
 
 @functools.cache
@@ -42,8 +51,9 @@ def _block_jacobian_fn(graphdef, stack: str):
         layers = state["stacks"][stack]["layers"]
         state["stacks"][stack]["layers"] = jax.tree.map(lambda a: jnp.roll(a, -l, axis=0), layers)
         f = normjax.block_fn(nnx.merge(graphdef, state), 0, stack)
-        J_NN, y_N = jax.jacfwd(lambda v_N: (lambda y: (y, y))(f(v_N.reshape(x_TD.shape)).ravel()),
-                               has_aux=True)(x_TD.ravel())
+        J_NN, y_N = jax.jacfwd(lambda v_N: (lambda y: (y, y))(f(v_N.reshape(x_TD.shape)).ravel()), has_aux=True)(
+            x_TD.ravel()
+        )
         return J_NN, y_N.reshape(x_TD.shape)
 
     return block_jacobian
@@ -58,9 +68,15 @@ def spectrum_stats(s_N, floor: float) -> dict:
     s_N = np.asarray(s_N, np.float64)
     resolved = s_N[s_N > floor * s_N[0]]
     log_s = np.log(resolved)
-    return {"max": float(s_N[0]), "min": float(s_N[-1]), "rms": float(np.sqrt(np.mean(s_N**2))),
-            "log_std": float(log_s.std()), "log_mean": float(log_s.mean()),
-            "below_floor": int(s_N.size - resolved.size), "max_dev_from_1": float(np.max(np.abs(s_N - 1)))}
+    return {
+        "max": float(s_N[0]),
+        "min": float(s_N[-1]),
+        "rms": float(np.sqrt(np.mean(s_N**2))),
+        "log_std": float(log_s.std()),
+        "log_mean": float(log_s.mean()),
+        "below_floor": int(s_N.size - resolved.size),
+        "max_dev_from_1": float(np.max(np.abs(s_N - 1))),
+    }
 
 
 def _inputs(config, seed: int):
@@ -81,9 +97,15 @@ def measure_exact(model, tokens_BT, floor: float) -> dict:
         P_NN = P_NN @ J
         svs.append(np.linalg.svd(P_NN, compute_uv=False))
     e2e = [spectrum_stats(s, floor) for s in svs[::-1]]
-    return {"block_norm": [np.linalg.norm(J, 2) for J in J_LNN], "e2e": {k: [r[k] for r in e2e] for k in e2e[0]},
-            "io_sv": svs[-1], "io": e2e[0], "max_abs_J_minus_I": float(np.max(np.abs(P_NN - np.eye(len(P_NN))))),
-            "max_abs_xL_minus_x0": float(jnp.max(jnp.abs(streams[-1] - streams[0]))), "exact": True}
+    return {
+        "block_norm": [np.linalg.norm(J, 2) for J in J_LNN],
+        "e2e": {k: [r[k] for r in e2e] for k in e2e[0]},
+        "io_sv": svs[-1],
+        "io": e2e[0],
+        "max_abs_J_minus_I": float(np.max(np.abs(P_NN - np.eye(len(P_NN))))),
+        "max_abs_xL_minus_x0": float(jnp.max(jnp.abs(streams[-1] - streams[0]))),
+        "exact": True,
+    }
 
 
 def measure_matrix_free(model, tokens_BT, top_k: int) -> dict:
@@ -93,12 +115,23 @@ def measure_matrix_free(model, tokens_BT, top_k: int) -> dict:
     n = tokens_BT[0].size * model.cfg.d_model
     top = np.asarray(e2e["io_singular_values"])
     log_top = np.log(top)
-    io = {"max": float(top[0]), "min": None, "rms": float(np.sqrt(e2e["frobenius_sq"][0] / n)),
-          "log_std": float(log_top.std()), "log_mean": float(log_top.mean()), "below_floor": 0,
-          "max_dev_from_1": float(np.max(np.abs(top - 1)))}
+    io = {
+        "max": float(top[0]),
+        "min": None,
+        "rms": float(np.sqrt(e2e["frobenius_sq"][0] / n)),
+        "log_std": float(log_top.std()),
+        "log_mean": float(log_top.mean()),
+        "below_floor": 0,
+        "max_dev_from_1": float(np.max(np.abs(top - 1))),
+    }
     rms = np.sqrt(np.asarray(e2e["frobenius_sq"]) / n)
-    return {"block_norm": blocks["block"], "io_sv": top, "io": io, "exact": False,
-            "e2e": {"max": e2e["spectral"], "min": [None] * len(rms), "rms": rms}}
+    return {
+        "block_norm": blocks["block"],
+        "io_sv": top,
+        "io": io,
+        "exact": False,
+        "e2e": {"max": e2e["spectral"], "min": [None] * len(rms), "rms": rms},
+    }
 
 
 def measure(config, placement: str, num_layers: int, seed: int) -> dict:
@@ -122,9 +155,11 @@ def rezero_gradients(config) -> dict:
     grads = param_probes.grad_norms(model, loss_fn, [(tokens, targets)])
     norms = {name: np.asarray(v["norm_of_mean"]) for name, v in grads["stacks"][STACK].items()}
     gates = [n for n in norms if n == "gate" or n.endswith("/gate")]
-    return {"gate_grad_min": min(float(norms[n].min()) for n in gates),
-            "other_grad_max": max(float(v.max()) for n, v in norms.items() if n not in gates),
-            "num_other": sum(1 for n in norms if n not in gates)}
+    return {
+        "gate_grad_min": min(float(norms[n].min()) for n in gates),
+        "other_grad_max": max(float(v.max()) for n, v in norms.items() if n not in gates),
+        "num_other": sum(1 for n in norms if n not in gates),
+    }
 
 
 def _aggregate(runs: list[dict]) -> dict:
@@ -132,10 +167,13 @@ def _aggregate(runs: list[dict]) -> dict:
         a = np.array([np.nan if v is None else v for v in values], np.float64)
         return {"mean": a.mean(0), "std": a.std(0)}
 
-    out = {"block_norm": stat([r["block_norm"] for r in runs]),
-           "e2e": {k: stat([r["e2e"][k] for r in runs]) for k in ("max", "min", "rms")},
-           "io": {k: stat([r["io"][k] for r in runs]) for k in runs[0]["io"]},
-           "io_sv": [r["io_sv"] for r in runs], "exact": runs[0]["exact"]}
+    out = {
+        "block_norm": stat([r["block_norm"] for r in runs]),
+        "e2e": {k: stat([r["e2e"][k] for r in runs]) for k in ("max", "min", "rms")},
+        "io": {k: stat([r["io"][k] for r in runs]) for k in runs[0]["io"]},
+        "io_sv": [r["io_sv"] for r in runs],
+        "exact": runs[0]["exact"],
+    }
     out["max_dev_from_1"] = max(r["io"]["max_dev_from_1"] for r in runs)
     for key in ("max_abs_J_minus_I", "max_abs_xL_minus_x0"):
         if key in runs[0]:
@@ -145,13 +183,19 @@ def _aggregate(runs: list[dict]) -> dict:
 
 def compute(config, study) -> dict:
     jobs = [(p, L) for p in config.placements for L in config.depths]
-    results = {"depths": list(config.depths), "n": config.seq_len * config.d_model, "seq_len": config.seq_len,
-               "resolution": config.resolution, "runs": {}}
+    results = {
+        "depths": list(config.depths),
+        "n": config.seq_len * config.d_model,
+        "seq_len": config.seq_len,
+        "resolution": config.resolution,
+        "runs": {},
+    }
     with jax.enable_x64(True):
         for placement, L in tqdm(jobs, desc="jacobian_spectrum", unit="model"):
-            runs = [study.cached(f"{placement}-L{L}-{seed}",
-                                 lambda s=seed, p=placement, L=L: measure(config, p, L, s))
-                    for seed in range(config.num_seeds)]
+            runs = [
+                study.cached(f"{placement}-L{L}-{seed}", lambda s=seed, p=placement, L=L: measure(config, p, L, s))
+                for seed in range(config.num_seeds)
+            ]
             results["runs"].setdefault(placement, {})[str(L)] = _aggregate(runs)
         if "rezero" in config.placements:
             results["rezero_gradients"] = study.cached("rezero-gradients", lambda: rezero_gradients(config))
@@ -173,19 +217,29 @@ def plot(results: dict, study) -> list[str]:
             s = np.array(by_depth[str(L)]["io_sv"][0], np.float64)
             ax.plot(np.arange(1, s.size + 1), np.maximum(s, 1e-20), **_style(placement))
         ax.axhline(1.0, **plotting.THEORY_STYLE, label="ReZero theory: all 1")
-        ax.set(title=f"io Jacobian spectrum, L = {L} (seed 0)", xlabel="index i (descending)",
-               ylabel=r"$\sigma_i(\partial x_L/\partial x_0)$", yscale="log", ylim=(1e-20, None))
+        ax.set(
+            title=f"io Jacobian spectrum, L = {L} (seed 0)",
+            xlabel="index i (descending)",
+            ylabel=r"$\sigma_i(\partial x_L/\partial x_0)$",
+            yscale="log",
+            ylim=(1e-20, None),
+        )
     axes[0].legend(fontsize=7)
     paths = plotting.save(fig, study.figure_stem("io_spectra"))
     fig, axes = plotting.figure(ncols=1, width=5)
     for placement, by_depth in runs.items():
         mean = [by_depth[str(L)]["io"]["log_std"]["mean"] for L in depths]
         std = [by_depth[str(L)]["io"]["log_std"]["std"] for L in depths]
-        axes[0].errorbar(depths, mean, yerr=std, marker="o", ms=4, capsize=3,
-                         color=plotting.color(placement), label=placement)
+        axes[0].errorbar(
+            depths, mean, yerr=std, marker="o", ms=4, capsize=3, color=plotting.color(placement), label=placement
+        )
     axes[0].axhline(0.0, **plotting.THEORY_STYLE, label="ReZero theory: 0")
-    axes[0].set(title="spread of log singular values (R2)", xlabel="layers L", xscale="log",
-                ylabel=r"std of $\ln \sigma_i(\partial x_L/\partial x_0)$")
+    axes[0].set(
+        title="spread of log singular values (R2)",
+        xlabel="layers L",
+        xscale="log",
+        ylabel=r"std of $\ln \sigma_i(\partial x_L/\partial x_0)$",
+    )
     axes[0].set_xticks(depths, [str(L) for L in depths])
     axes[0].minorticks_off()
     axes[0].legend(fontsize=7)
@@ -196,12 +250,17 @@ def plot(results: dict, study) -> list[str]:
 def _plot_profiles(results: dict, study) -> list[str]:
     L = max(results["depths"])
     fig, axes = plotting.figure(ncols=4, width=3.8)
-    panels = [(lambda a: a["block_norm"], r"$\|J_l\|_2$", "per-block spectral norm", None),
-              (lambda a: a["e2e"]["max"], r"$\|\partial x_L/\partial x_l\|_2$", "gradient gain, top", None),
-              (lambda a: a["e2e"]["rms"], r"rms $\sigma_i(\partial x_L/\partial x_l)$", "gradient gain, typical",
-               None),
-              (lambda a: a["e2e"]["min"], r"$\sigma_{\min}(\partial x_L/\partial x_l)$",
-               "gradient gain, worst (S3)", ("pre", "rezero"))]
+    panels = [
+        (lambda a: a["block_norm"], r"$\|J_l\|_2$", "per-block spectral norm", None),
+        (lambda a: a["e2e"]["max"], r"$\|\partial x_L/\partial x_l\|_2$", "gradient gain, top", None),
+        (lambda a: a["e2e"]["rms"], r"rms $\sigma_i(\partial x_L/\partial x_l)$", "gradient gain, typical", None),
+        (
+            lambda a: a["e2e"]["min"],
+            r"$\sigma_{\min}(\partial x_L/\partial x_l)$",
+            "gradient gain, worst (S3)",
+            ("pre", "rezero"),
+        ),
+    ]
     for ax, (get, ylabel, title, only) in zip(axes, panels, strict=True):
         for placement, by_depth in results["runs"].items():
             if only is None or placement in only:

@@ -18,8 +18,7 @@ from normjax.studies.ln_jacobian_checks import autodiff_spectral, wiring_errors
 from normjax.studies.ln_jacobian_verdicts import verdicts
 
 # The site drawn per placement: Lemma 2's quantities (FFN LN input for Post-LN, x_l for Pre-LN).
-MAIN_SITE = {"post": "ffn.post", "pre": "attn.pre", "sandwich": "attn.pre", "deepnorm": "ffn.post",
-             "admin": "ffn.post"}
+MAIN_SITE = {"post": "ffn.post", "pre": "attn.pre", "sandwich": "attn.pre", "deepnorm": "ffn.post", "admin": "ffn.post"}
 SUBLAYER_INDEX = {"attn": 0, "ffn": 1}  # residual branches per encoder block, in call order
 
 
@@ -54,11 +53,9 @@ def site_stats(model, sp) -> dict:
     layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "encoder")
 
     def stats(z_BTD, scale):
-        closed = norm_jacobians.norm_jacobian_norm(cfg.norm, z_BTD, scale=scale, eps=cfg.norm_eps,
-                                                   alpha=cfg.dyt_alpha)
+        closed = norm_jacobians.norm_jacobian_norm(cfg.norm, z_BTD, scale=scale, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
         sigma_BT = probes.input_scale(cfg.norm, z_BTD, cfg.norm_eps)
-        return {"sigma": float(jnp.mean(sigma_BT)), "jac": float(jnp.mean(closed.value)),
-                "exact": bool(closed.exact)}
+        return {"sigma": float(jnp.mean(sigma_BT)), "jac": float(jnp.mean(closed.value)), "exact": bool(closed.exact)}
 
     sites = {}
     for l, inputs in enumerate(sp.norm_inputs):
@@ -76,10 +73,10 @@ def measure(config, setting: str, placement: str, seed: int) -> dict:
     sp, tokens = stack_probes(config, model, setting, seed)
     out = site_stats(model, sp)
     if seed == 0:
-        out["matrix_check"] = probes.check_ln_jacobian_autodiff(
-            model, tokens, num_tokens=config.num_check_tokens)["max_rel_err"]
-        out["spectral_check"] = autodiff_spectral(model, sp, config.num_check_tokens,
-                                                  config.gamma_noise)
+        out["matrix_check"] = probes.check_ln_jacobian_autodiff(model, tokens, num_tokens=config.num_check_tokens)[
+            "max_rel_err"
+        ]
+        out["spectral_check"] = autodiff_spectral(model, sp, config.num_check_tokens, config.gamma_noise)
         if setting == "real" and placement in ("post", "pre"):
             out["wiring"] = wiring_errors(model, tokens)
     return out
@@ -94,13 +91,15 @@ def _aggregate(runs: list[dict], num_layers: int) -> dict:
         jac = np.array([get(r, "jac") for r in runs])
         present = ~np.isnan(sigma[0])
         out["sites"][site] = {
-            "sigma_mean": sigma.mean(0), "sigma_std": sigma.std(0), "jac_mean": jac.mean(0),
-            "jac_std": jac.std(0), "branches": [branches_before(site, l) if present[l] else None
-                                                for l in range(num_layers)]}
+            "sigma_mean": sigma.mean(0),
+            "sigma_std": sigma.std(0),
+            "jac_mean": jac.mean(0),
+            "jac_std": jac.std(0),
+            "branches": [branches_before(site, l) if present[l] else None for l in range(num_layers)],
+        }
     if runs[0]["final"] is not None:
         sigma = np.array([r["final"]["sigma"] for r in runs])
-        out["final"] = {"sigma_mean": sigma.mean(), "sigma_std": sigma.std(),
-                        "branches": 2 * num_layers}
+        out["final"] = {"sigma_mean": sigma.mean(), "sigma_std": sigma.std(), "branches": 2 * num_layers}
     for key in ("matrix_check", "spectral_check", "wiring"):
         if key in runs[0]:
             out[key] = runs[0][key]
@@ -111,9 +110,12 @@ def compute(config, study) -> dict:
     jobs = [(s, p) for s in config.settings for p in config.placements]
     results = {"bounds": lemma2_bounds(config.num_layers), "runs": {}}
     for setting, placement in tqdm(jobs, desc="ln_jacobian", unit="model"):
-        runs = [study.cached(f"{setting}-{placement}-{seed}",
-                             lambda s=seed, st=setting, p=placement: measure(config, st, p, s))
-                for seed in range(config.num_seeds)]
+        runs = [
+            study.cached(
+                f"{setting}-{placement}-{seed}", lambda s=seed, st=setting, p=placement: measure(config, st, p, s)
+            )
+            for seed in range(config.num_seeds)
+        ]
         results["runs"].setdefault(setting, {})[placement] = _aggregate(runs, config.num_layers)
     results["verdicts"] = verdicts(to_jsonable(results))
     return results
@@ -124,8 +126,14 @@ def _lemma2_sigma(ax, bounds, quantity: str):
     l = np.arange(len(bounds["pre_lower"]))
     f = np.sqrt if quantity == "sigma" else (lambda v: 1 / np.sqrt(v))
     ax.axhline(f(bounds["post_ln_input"]), **plotting.THEORY_STYLE, label="Lemma 2: Post-LN")
-    ax.fill_between(l, f(np.array(bounds["pre_lower"])), f(np.array(bounds["pre_upper"])),
-                    color="grey", alpha=0.2, label="Lemma 2: Pre-LN x_l")
+    ax.fill_between(
+        l,
+        f(np.array(bounds["pre_lower"])),
+        f(np.array(bounds["pre_upper"])),
+        color="grey",
+        alpha=0.2,
+        label="Lemma 2: Pre-LN x_l",
+    )
 
 
 def _tick_label(value, _) -> str:
@@ -144,8 +152,10 @@ def plain_log_ticks(ax, axis: str = "y") -> None:
 def plot(results: dict, study) -> list[str]:
     settings = list(results["runs"])
     paths = []
-    for quantity, ylabel in (("sigma", r"$\sigma$ of the norm input"),
-                             ("jac", r"$\|\partial \mathrm{LN}/\partial z\|_2$")):
+    for quantity, ylabel in (
+        ("sigma", r"$\sigma$ of the norm input"),
+        ("jac", r"$\|\partial \mathrm{LN}/\partial z\|_2$"),
+    ):
         fig, axes = plotting.figure(ncols=len(settings), width=4.6, height=4.6)
         for ax, setting in zip(axes, settings, strict=True):
             for placement, agg in results["runs"][setting].items():
@@ -160,8 +170,7 @@ def plot(results: dict, study) -> list[str]:
                 ax.fill_between(l, mean - std, mean + std, color=c, alpha=0.2)
                 check = agg.get("spectral_check", {}).get("per_layer", {}).get(MAIN_SITE[placement])
                 if quantity == "jac" and check is not None:
-                    ax.plot(l, np.array(check, float), "x", color=c, ms=4,
-                            label=f"{placement}: autodiff SVD (seed 0)")
+                    ax.plot(l, np.array(check, float), "x", color=c, ms=4, label=f"{placement}: autodiff SVD (seed 0)")
             if setting == "theory":
                 _lemma2_sigma(ax, results["bounds"], quantity)
             ax.set(title=f"{setting} setting, init", xlabel="layer l", ylabel=ylabel, yscale="log")

@@ -82,11 +82,17 @@ def autodiff_spectral(model, sp, num_tokens: int, gamma_noise: float) -> dict:
     for (l, site, _, _), s_T in zip(entries, s_KT, strict=True):
         if l != "final":
             per_layer.setdefault(site, [None] * len(sp.norm_inputs))[l] = float(s_T.mean())
-    return {"max_rel_err": _rel_err(s_N, closed_N), "per_layer": per_layer,
-            "noisy_gamma": {"matrix_rel_err": _rel_err(J_closed_NDD, J_NDD),
-                            "ratio_min": float(ratio_N.min()), "ratio_mean": float(ratio_N.mean()),
-                            "gamma_noise": gamma_noise},
-            "num_vectors": int(z_ND.shape[0])}
+    return {
+        "max_rel_err": _rel_err(s_N, closed_N),
+        "per_layer": per_layer,
+        "noisy_gamma": {
+            "matrix_rel_err": _rel_err(J_closed_NDD, J_NDD),
+            "ratio_min": float(ratio_N.min()),
+            "ratio_mean": float(ratio_N.mean()),
+            "gamma_noise": gamma_noise,
+        },
+        "num_vectors": int(z_ND.shape[0]),
+    }
 
 
 def layernorm(z_BTD, scale, bias, eps: float):
@@ -106,15 +112,20 @@ def _block_checks(placement: str, p: dict, x, x_next, n: dict, F: dict, cfg) -> 
     ln = lambda z, sub: layernorm(z, p[f"{sub}/norm/scale"], p[f"{sub}/norm/bias"], cfg.norm_eps)
     if placement == "post":
         h = ln(n["attn.post"], "attn")
-        return {"attn LN input = x + F(x)": (x + F["attn"], n["attn.post"]),
-                "ffn LN input = h + F(h)": (h + F["ffn"], n["ffn.post"]),
-                "block output = LN(h + F(h))": (ln(n["ffn.post"], "ffn"), x_next),
-                "F_ffn input = h (un-normalized)": (_mlp(p, h, cfg.activation), F["ffn"])}
+        return {
+            "attn LN input = x + F(x)": (x + F["attn"], n["attn.post"]),
+            "ffn LN input = h + F(h)": (h + F["ffn"], n["ffn.post"]),
+            "block output = LN(h + F(h))": (ln(n["ffn.post"], "ffn"), x_next),
+            "F_ffn input = h (un-normalized)": (_mlp(p, h, cfg.activation), F["ffn"]),
+        }
     if placement == "pre":
         h = x + F["attn"]
-        return {"attn LN input = x": (x, n["attn.pre"]), "ffn LN input = h": (h, n["ffn.pre"]),
-                "block output = h + F(LN(h))": (h + F["ffn"], x_next),
-                "F_ffn input = LN(h)": (_mlp(p, ln(h, "ffn"), cfg.activation), F["ffn"])}
+        return {
+            "attn LN input = x": (x, n["attn.pre"]),
+            "ffn LN input = h": (h, n["ffn.pre"]),
+            "block output = h + F(LN(h))": (h + F["ffn"], x_next),
+            "F_ffn input = LN(h)": (_mlp(p, ln(h, "ffn"), cfg.activation), F["ffn"]),
+        }
     raise ValueError(f"the wiring check covers post and pre, got {placement!r}")
 
 
@@ -130,14 +141,19 @@ def wiring_errors(model, tokens_BT) -> dict:
     layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "encoder")
     per_check, biggest = {}, 0.0
     for l, placement in enumerate(cfg.layer_placements("encoder")):
-        checks = _block_checks(placement, layers[l], sp.streams[l], sp.streams[l + 1],
-                               sp.norm_inputs[l], sp.branch_outputs[l], cfg)
+        checks = _block_checks(
+            placement, layers[l], sp.streams[l], sp.streams[l + 1], sp.norm_inputs[l], sp.branch_outputs[l], cfg
+        )
         for name, (computed, recorded) in checks.items():
             err = float(jnp.max(jnp.abs(computed - recorded)))
             per_check[name] = max(per_check.get(name, 0.0), err)
             biggest = max(biggest, float(jnp.max(jnp.abs(recorded))))
     final = sp.final_norm_input
     final_err = None if final is None else float(jnp.max(jnp.abs(final - sp.streams[-1])))
-    return {"max_abs_err": max(per_check.values()), "max_abs_value": biggest,
-            "per_check": per_check, "has_final_norm": final is not None,
-            "final_input_err": final_err}
+    return {
+        "max_abs_err": max(per_check.values()),
+        "max_abs_value": biggest,
+        "per_check": per_check,
+        "has_final_norm": final is not None,
+        "final_input_err": final_err,
+    }

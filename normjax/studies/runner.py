@@ -84,15 +84,19 @@ class StudyDir:
             "figures": [os.path.relpath(f, self.path) for f in figures],
             "wall_time_s": wall_time_s,
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": {"platform": platform.platform(), "jax": jax.__version__,
-                        "devices": [str(d) for d in jax.devices()]},
+            "machine": {
+                "platform": platform.platform(),
+                "jax": jax.__version__,
+                "devices": [str(d) for d in jax.devices()],
+            },
         }
         write_json(self.results_path, record)
         return read_json(self.results_path)
 
 
-def run_study(name: str, workdir: str, config, compute: Callable, plot: Callable,
-              force: bool = False, folder: str | None = None) -> dict:
+def run_study(
+    name: str, workdir: str, config, compute: Callable, plot: Callable, force: bool = False, folder: str | None = None
+) -> dict:
     """Run compute(config, study_dir) -> results and plot(results, study_dir) -> figure paths.
 
     Skips the work when WORKDIR/<name>/results.json (or `folder`/results.json) holds the same config
@@ -111,6 +115,5 @@ def run_study(name: str, workdir: str, config, compute: Callable, plot: Callable
     results = to_jsonable(compute(config, study))
     figures = plot(results, study)
     saved = study.save(results, figures, round(time.time() - start, 1))
-    print(f"[{name}] wrote {study.results_path} and {len(figures)} figure files "
-          f"in {saved['wall_time_s']:.0f} s")
+    print(f"[{name}] wrote {study.results_path} and {len(figures)} figure files in {saved['wall_time_s']:.0f} s")
     return saved

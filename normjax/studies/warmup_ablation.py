@@ -20,8 +20,9 @@ def run_grid(config, folder: str, shard: tuple[int, int] = (0, 1), progress: boo
 
 def _curve(folder: str, name: str, key: str) -> list[list[float]]:
     """[[step, value], ...] of one metric from a run's metrics.jsonl (None where non-finite)."""
-    return [[r["step"], r.get(key)] for r in records.read_jsonl(os.path.join(folder, name, "metrics.jsonl"))
-            if key in r]
+    return [
+        [r["step"], r.get(key)] for r in records.read_jsonl(os.path.join(folder, name, "metrics.jsonl")) if key in r
+    ]
 
 
 def _steps_to(curve: list, target: float) -> int | None:
@@ -34,20 +35,22 @@ def summarize_runs(sweep: dict, folder: str) -> list[dict]:
     for run in sweep["runs"]:
         summary = run["summary"] or {}
         final = summary.get("final", {})
-        rows.append({
-            "name": run["name"],
-            "placement": run["overrides"].get("model.placement"),
-            "lr": run["overrides"].get("train.lr"),
-            "warmup": run["overrides"].get("train.warmup_steps"),
-            "depth": run["overrides"].get("model.num_layers"),
-            "outcome": summary.get("outcome", run["status"]),
-            "diverged_step": summary.get("diverged_step"),
-            "final_valid_nll": final.get("valid/nll"),
-            "final_valid_bleu": final.get("valid/bleu"),
-            "train_nll": _curve(folder, run["name"], "train/nll"),
-            "valid_nll": _curve(folder, run["name"], "valid/nll"),
-            "norm_input_rms": _curve(folder, run["name"], "diag/norm_input_rms/decoder"),
-        })
+        rows.append(
+            {
+                "name": run["name"],
+                "placement": run["overrides"].get("model.placement"),
+                "lr": run["overrides"].get("train.lr"),
+                "warmup": run["overrides"].get("train.warmup_steps"),
+                "depth": run["overrides"].get("model.num_layers"),
+                "outcome": summary.get("outcome", run["status"]),
+                "diverged_step": summary.get("diverged_step"),
+                "final_valid_nll": final.get("valid/nll"),
+                "final_valid_bleu": final.get("valid/bleu"),
+                "train_nll": _curve(folder, run["name"], "train/nll"),
+                "valid_nll": _curve(folder, run["name"], "valid/nll"),
+                "norm_input_rms": _curve(folder, run["name"], "diag/norm_input_rms/decoder"),
+            }
+        )
     finals = [r["final_valid_nll"] for r in rows if r["outcome"] == "ok" and r["final_valid_nll"] is not None]
     target = 1.25 * min(finals) if finals else None
     for r in rows:
@@ -58,8 +61,13 @@ def summarize_runs(sweep: dict, folder: str) -> list[dict]:
 def compute(config, study) -> dict:
     sweep = run_grid(config, study.path)
     rows = summarize_runs(sweep, study.path)
-    results = {"runs": rows, "model": dict(config.model), "data_task": config.data.task,
-               "num_steps": config.train.num_steps, "schedule": config.train.schedule}
+    results = {
+        "runs": rows,
+        "model": dict(config.model),
+        "data_task": config.data.task,
+        "num_steps": config.train.num_steps,
+        "schedule": config.train.schedule,
+    }
     results["verdicts"] = verdicts(results)
     return results
 
@@ -88,8 +96,13 @@ def plot(results: dict, study) -> list[str]:
         ax = axes[lrs.index(r["lr"]) * len(placements) + placements.index(r["placement"])]
         steps, values = zip(*r["train_nll"], strict=True) if r["train_nll"] else ((), ())
         label = f"warmup {r['warmup']}" + (" (diverged)" if r["outcome"] == "diverged" else "")
-        ax.plot(steps, [np.nan if v is None else v for v in values], color=plotting.color(r["placement"]),
-                alpha=shades[r["warmup"]], label=label)
+        ax.plot(
+            steps,
+            [np.nan if v is None else v for v in values],
+            color=plotting.color(r["placement"]),
+            alpha=shades[r["warmup"]],
+            label=label,
+        )
         ax.set(title=f"{r['placement']}, lr {r['lr']:g}", xlabel="step", ylabel="train nll")
         ax.legend(fontsize=6)
     paths = plotting.save(fig, study.figure_stem("loss_curves"))
@@ -104,9 +117,15 @@ def plot(results: dict, study) -> list[str]:
                 text = "div" if diverged[i, j] else f"{nll[i, j]:.2f}"
                 light = np.isfinite(nll[i, j]) and nll[i, j] < (vmin + vmax) / 2
                 ax.text(j, i, text, ha="center", va="center", color="black" if light else "white", fontsize=8)
-        ax.set(title=f"{placement}: final valid nll", xticks=range(len(warmups_)), yticks=range(len(lrs_)),
-               xticklabels=warmups_, yticklabels=[f"{lr:g}" for lr in lrs_], xlabel="warmup steps",
-               ylabel="peak lr")
+        ax.set(
+            title=f"{placement}: final valid nll",
+            xticks=range(len(warmups_)),
+            yticks=range(len(lrs_)),
+            xticklabels=warmups_,
+            yticklabels=[f"{lr:g}" for lr in lrs_],
+            xlabel="warmup steps",
+            ylabel="peak lr",
+        )
         ax.grid(False)
         fig.colorbar(image, ax=ax, shrink=0.8)
     return paths + plotting.save(fig, study.figure_stem("heatmap"))

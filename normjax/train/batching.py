@@ -14,9 +14,7 @@ class BatchSpec:
     batch_size: int = 32  # sequences per batch (when max_tokens == 0)
     max_tokens: int = 0  # > 0: rows per batch = max_tokens // bucket length (a token budget)
     buckets: tuple[int, ...] = (32,)  # padded lengths; a sequence goes to the smallest that fits
-    row_multiple: int = (
-        1  # rows are rounded down to a multiple of this (the data-parallel device count)
-    )
+    row_multiple: int = 1  # rows are rounded down to a multiple of this (the data-parallel device count)
 
     def rows(self, length: int) -> int:
         rows = self.max_tokens // length if self.max_tokens else self.batch_size
@@ -49,9 +47,7 @@ class Seq2SeqBatches:
         self._cached_plan: tuple[int | None, list] = (None, [])
         self.batches_per_epoch = len(self._plan(0))
         if self.batches_per_epoch == 0:
-            raise ValueError(
-                "data: no sequence fits the buckets; raise data.max_len or data.buckets"
-            )
+            raise ValueError("data: no sequence fits the buckets; raise data.max_len or data.buckets")
 
     def _plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
         if self._cached_plan[0] != epoch:
@@ -103,9 +99,7 @@ class LMBatches:
     batch, padded with masked rows.
     """
 
-    def __init__(
-        self, stream: np.ndarray, seq_len: int, spec: BatchSpec, seed: int = 0, shuffle: bool = True
-    ):
+    def __init__(self, stream: np.ndarray, seq_len: int, spec: BatchSpec, seed: int = 0, shuffle: bool = True):
         self.stream, self.seq_len, self.seed, self.shuffle = stream, seq_len, seed, shuffle
         self.rows = spec.rows(seq_len)
         self.num_chunks = (len(stream) - 1 - (seq_len if shuffle else 0)) // seq_len
@@ -118,9 +112,7 @@ class LMBatches:
         epoch, i = divmod(pos, self.batches_per_epoch)
         if self.shuffle:
             shift = int(np.random.default_rng([self.seed, epoch, 2]).integers(self.seq_len))
-            chunks = epoch_permutation(self.seed, epoch, self.num_chunks)[
-                i * self.rows : (i + 1) * self.rows
-            ]
+            chunks = epoch_permutation(self.seed, epoch, self.num_chunks)[i * self.rows : (i + 1) * self.rows]
         else:
             shift, chunks = 0, np.arange(i * self.rows, min((i + 1) * self.rows, self.num_chunks))
         window = np.arange(self.seq_len + 1)

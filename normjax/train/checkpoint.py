@@ -13,9 +13,7 @@ class Checkpointer:
     """Saves (state without hparams/consts, data position) every call; keeps the newest `keep`."""
 
     def __init__(self, directory: str, keep: int = 2):
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, create=True, enable_async_checkpointing=False
-        )
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
         self.manager = ocp.CheckpointManager(os.path.abspath(directory), options=options)
 
     @staticmethod

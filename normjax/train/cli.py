@@ -18,17 +18,12 @@ def _check_override_keys(argv: list[str]) -> None:
         path = arg.removeprefix("--config.").split("=", 1)[0]
         section, _, key = path.partition(".")
         if section == "sweep" and key.startswith("axes"):
-            raise ConfigError(
-                f"config.{path}: sweep axes are set in the config file, not on the command line"
-            )
+            raise ConfigError(f"config.{path}: sweep axes are set in the config file, not on the command line")
         if section not in defaults:
-            raise ConfigError(
-                f"unknown config section {section!r} in {arg!r}; valid: {', '.join(defaults)}"
-            )
+            raise ConfigError(f"unknown config section {section!r} in {arg!r}; valid: {', '.join(defaults)}")
         if key not in defaults[section]:
             raise ConfigError(
-                f"unknown key config.{path}; valid keys of config.{section}: "
-                f"{', '.join(defaults[section])}"
+                f"unknown key config.{path}; valid keys of config.{section}: {', '.join(defaults[section])}"
             )
 
 

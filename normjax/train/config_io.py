@@ -28,10 +28,7 @@ def _model_defaults() -> dict:
 
 
 def _section(defaults: dict, optional_types: dict) -> ml_collections.ConfigDict:
-    values = {
-        k: config_dict.placeholder(optional_types[k]) if v is None else v
-        for k, v in defaults.items()
-    }
+    values = {k: config_dict.placeholder(optional_types[k]) if v is None else v for k, v in defaults.items()}
     return ml_collections.ConfigDict(values, type_safe=False)
 
 
@@ -60,17 +57,13 @@ def default_config() -> ml_collections.ConfigDict:
 def as_dict(config) -> dict:
     if isinstance(config, ml_collections.ConfigDict):
         return config.to_dict()
-    return {
-        k: dict(v) if isinstance(v, dict | types.MappingProxyType) else v for k, v in config.items()
-    }
+    return {k: dict(v) if isinstance(v, dict | types.MappingProxyType) else v for k, v in config.items()}
 
 
 def _check_keys(section: str, values: dict, valid) -> None:
     unknown = sorted(set(values) - set(valid))
     if unknown:
-        raise ConfigError(
-            f"unknown key config.{section}.{unknown[0]}; valid keys: {', '.join(valid)}"
-        )
+        raise ConfigError(f"unknown key config.{section}.{unknown[0]}; valid keys: {', '.join(valid)}")
 
 
 def _build(cls, section: str, values: dict):
@@ -91,14 +84,10 @@ def _build(cls, section: str, values: dict):
         if not isinstance(value, field.type) or (field.type is int and isinstance(value, bool)):
             raise ConfigError(f"{key}={value!r} must be of type {field.type.__name__}")
         if meta.get("choices") and value not in meta["choices"]:
-            raise ConfigError(
-                f"{key}={value!r} is invalid; valid choices: {', '.join(meta['choices'])}"
-            )
+            raise ConfigError(f"{key}={value!r} is invalid; valid choices: {', '.join(meta['choices'])}")
         lo, hi = meta.get("lo"), meta.get("hi")
         if lo is not None and (value < lo or (meta["lo_open"] and value == lo)):
-            raise ConfigError(
-                f"{key}={value!r} is invalid: must be {'>' if meta['lo_open'] else '>='} {lo}"
-            )
+            raise ConfigError(f"{key}={value!r} is invalid: must be {'>' if meta['lo_open'] else '>='} {lo}")
         if hi is not None and value >= hi:
             raise ConfigError(f"{key}={value!r} is invalid: must be < {hi}")
         out[field.name] = value
@@ -118,9 +107,7 @@ def parse(config, num_devices: int = 1) -> RunConfig:
     model = _model_defaults() | dict(values.get("model", {}))
     _check_keys("model", model, list(_model_defaults()))
     try:
-        normjax.ModelConfig(
-            **(model | {"vocab_size": model["vocab_size"] or 8, "max_len": model["max_len"] or 8})
-        )
+        normjax.ModelConfig(**(model | {"vocab_size": model["vocab_size"] or 8, "max_len": model["max_len"] or 8}))
     except (ValueError, TypeError) as e:
         raise ConfigError(f"config.model: {e}") from None
     if model["arch"] != _TASK_ARCH[data.task]:
@@ -136,10 +123,7 @@ def parse(config, num_devices: int = 1) -> RunConfig:
             f"config.train.log_every={train.log_every} (so resumed logs match)"
         )
     if train.max_tokens == 0 and train.batch_size % num_devices:
-        raise ConfigError(
-            f"config.train.batch_size={train.batch_size} is not divisible by the "
-            f"{num_devices} devices"
-        )
+        raise ConfigError(f"config.train.batch_size={train.batch_size} is not divisible by the {num_devices} devices")
     if train.weight_decay > 0 and train.optimizer not in ("adamw", "sgd"):
         raise ConfigError(
             f"config.train.weight_decay={train.weight_decay} needs config.train.optimizer "
@@ -151,8 +135,7 @@ def parse(config, num_devices: int = 1) -> RunConfig:
 def _check_data(data: DataConfig) -> None:
     if any(not isinstance(b, int) or not 2 <= b <= data.max_len for b in data.buckets):
         raise ConfigError(
-            f"config.data.buckets={data.buckets!r}: each must be an int in "
-            f"[2, config.data.max_len={data.max_len}]"
+            f"config.data.buckets={data.buckets!r}: each must be an int in [2, config.data.max_len={data.max_len}]"
         )
     if data.task == "iwslt14":
         missing = [f for f in IWSLT_FILES if not os.path.isfile(os.path.join(data.path, f))]
@@ -175,13 +158,10 @@ def model_config(run: RunConfig, vocab_size: int) -> normjax.ModelConfig:
     """The ModelConfig of a run, with vocab_size / max_len filled from the data when 0."""
     fields = dict(run.model)
     if fields["vocab_size"] and fields["vocab_size"] < vocab_size:
-        raise ConfigError(
-            f"config.model.vocab_size={fields['vocab_size']} < the data's {vocab_size} tokens"
-        )
+        raise ConfigError(f"config.model.vocab_size={fields['vocab_size']} < the data's {vocab_size} tokens")
     if fields["max_len"] and fields["max_len"] < sequence_length(run.data):
         raise ConfigError(
-            f"config.model.max_len={fields['max_len']} < config.data's sequence length "
-            f"{sequence_length(run.data)}"
+            f"config.model.max_len={fields['max_len']} < config.data's sequence length {sequence_length(run.data)}"
         )
     fields["vocab_size"] = fields["vocab_size"] or vocab_size
     fields["max_len"] = fields["max_len"] or sequence_length(run.data)

@@ -11,17 +11,13 @@ TASKS = ("synthetic", "bytes_lm", "iwslt14")
 
 def _f(default, lo=None, hi=None, choices=None, lo_open=False):
     """A dataclass field with its valid range / choices (checked by `_build`)."""
-    return dataclasses.field(
-        default=default, metadata=dict(lo=lo, hi=hi, choices=choices, lo_open=lo_open)
-    )
+    return dataclasses.field(default=default, metadata=dict(lo=lo, hi=hi, choices=choices, lo_open=lo_open))
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     task: str = _f("synthetic", choices=TASKS)
-    path: str = (
-        ""  # iwslt14: folder of {train,valid,test}.{de,en}; bytes_lm: text folder ("" = stdlib)
-    )
+    path: str = ""  # iwslt14: folder of {train,valid,test}.{de,en}; bytes_lm: text folder ("" = stdlib)
     max_len: int = _f(32, lo=2)  # longest sequence kept (eos included); the largest bucket
     buckets: tuple = ()  # extra, smaller padded lengths (each its own compiled shape)
     seq_len: int = _f(128, lo=2)  # bytes_lm chunk length
@@ -60,9 +56,7 @@ class TrainConfig:
     label_smoothing: float = _f(0.1, lo=0.0, hi=1.0)
     log_every: int = _f(10, lo=1)
     eval_every: int = _f(500, lo=1)
-    bleu_examples: int = _f(
-        200, lo=0
-    )  # greedy-decoded valid sentences for the final BLEU (seq2seq)
+    bleu_examples: int = _f(200, lo=0)  # greedy-decoded valid sentences for the final BLEU (seq2seq)
     checkpoint_every: int = _f(500, lo=1)
     keep_checkpoints: int = _f(2, lo=1)
     divergence_loss: float = _f(0.0, lo=0.0)  # 0 = 1.5 ln(vocab size)
@@ -91,8 +85,19 @@ class RunConfig:
 # Train fields that are traced values of one compiled step (see steps.HPARAMS): runs differing only
 # in these share shapes. The seed also orders the data, so runs with different seeds see equal batch
 # shapes at every step only when there is a single bucket.
-TRACED = ("lr", "warmup_steps", "warmup_init_lr", "end_lr", "noam_d_model", "weight_decay",
-          "clip_norm", "label_smoothing", "divergence_loss", "divergence_patience", "seed")
+TRACED = (
+    "lr",
+    "warmup_steps",
+    "warmup_init_lr",
+    "end_lr",
+    "noam_d_model",
+    "weight_decay",
+    "clip_norm",
+    "label_smoothing",
+    "divergence_loss",
+    "divergence_patience",
+    "seed",
+)
 
 
 def shape_key(run: RunConfig) -> str:

@@ -85,17 +85,10 @@ def _build_lexicon(spec: SyntheticSpec) -> _Lexicon:
     extra = iter(noun_perm[spec.num_nouns :])
     noun_target = []
     for i in range(spec.num_nouns):
-        words = [noun_perm[i]] + (
-            [next(extra, noun_perm[(i + 1) % spec.num_nouns])] if compound[i] else []
-        )
+        words = [noun_perm[i]] + ([next(extra, noun_perm[(i + 1) % spec.num_nouns])] if compound[i] else [])
         noun_target.append(ids("N", words))
     det_table = rng.integers(0, _NUM_TARGET_DETS, size=(len(_DETS), 2, 2))
-    det_target = {
-        (d, n, g): ids("D", [det_table[d, n, g]])[0]
-        for d, nums in _DETS
-        for n in nums
-        for g in (0, 1)
-    }
+    det_target = {(d, n, g): ids("D", [det_table[d, n, g]])[0] for d, nums in _DETS for n in nums for g in (0, 1)}
     return _Lexicon(
         vocab=vocab,
         noun_target=tuple(noun_target),
@@ -116,9 +109,7 @@ class _Sampler:
     def __init__(self, spec: SyntheticSpec, lex: _Lexicon, seed):
         self.spec, self.lex, self.rng = spec, lex, random.Random(seed)
         self.enc = lex.vocab.encode
-        zipf = lambda n: list(
-            itertools.accumulate((k + 1.0) ** -spec.zipf_exponent for k in range(n))
-        )
+        zipf = lambda n: list(itertools.accumulate((k + 1.0) ** -spec.zipf_exponent for k in range(n)))
         self.cum = {
             k: zipf(n)
             for k, n in (

@@ -9,9 +9,7 @@ import numpy as np
 from normjax.train.vocab import SPECIALS, Vocab
 
 BYTE_OFFSET = len(SPECIALS)  # byte b has id b + BYTE_OFFSET
-IWSLT_FILES = tuple(
-    f"{split}.{lang}" for split in ("train", "valid", "test") for lang in ("de", "en")
-)
+IWSLT_FILES = tuple(f"{split}.{lang}" for split in ("train", "valid", "test") for lang in ("de", "en"))
 
 
 def stdlib_dir() -> str:
@@ -26,11 +24,7 @@ def byte_vocab() -> Vocab:
 def _corpus_files(directory: str, suffix: str) -> list[pathlib.Path]:
     root = pathlib.Path(directory)
     skip = ("site-packages", "test", "tests", "idlelib", "__pycache__")
-    return sorted(
-        p
-        for p in root.rglob(f"*{suffix}")
-        if p.is_file() and not set(p.relative_to(root).parts) & set(skip)
-    )
+    return sorted(p for p in root.rglob(f"*{suffix}") if p.is_file() and not set(p.relative_to(root).parts) & set(skip))
 
 
 def load_byte_corpus(
@@ -82,17 +76,12 @@ def load_parallel(directory: str, src_lang: str = "de", tgt_lang: str = "en", mi
         src = read_lines(os.path.join(directory, f"{split}.{src_lang}"))
         tgt = read_lines(os.path.join(directory, f"{split}.{tgt_lang}"))
         if len(src) != len(tgt):
-            raise ValueError(
-                f"{split}.{src_lang} has {len(src)} lines but {split}.{tgt_lang} {len(tgt)}"
-            )
+            raise ValueError(f"{split}.{src_lang} has {len(src)} lines but {split}.{tgt_lang} {len(tgt)}")
         lines[split] = (src, tgt)
     vocab = Vocab.from_corpus(lines["train"][0] + lines["train"][1], min_count=min_count)
     splits = {
         split: [(vocab.encode(s), vocab.encode(t)) for s, t in zip(src, tgt, strict=True)]
         for split, (src, tgt) in lines.items()
     }
-    refs = {
-        split: [t.replace("@@ ", "").removesuffix("@@") for t in lines[split][1]]
-        for split in ("valid", "test")
-    }
+    refs = {split: [t.replace("@@ ", "").removesuffix("@@") for t in lines[split][1]] for split in ("valid", "test")}
     return vocab, splits, refs

@@ -21,9 +21,7 @@ def greedy_decode(graphdef, params, consts, src_BS, src_mask_BS, max_len: int):
     model = nnx.merge(graphdef, params, consts)
     memory_BSD = model.encode(src_BS, src_mask=src_mask_BS)
     B = src_BS.shape[0]
-    tgt_BT = (
-        jnp.full((B, max_len), PAD, jnp.int32).at[:, 0].set(BOS)
-    )  # decoder input (bos + outputs)
+    tgt_BT = jnp.full((B, max_len), PAD, jnp.int32).at[:, 0].set(BOS)  # decoder input (bos + outputs)
     out_BT = jnp.full((B, max_len), PAD, jnp.int32)
 
     def body(t, carry):

@@ -40,9 +40,15 @@ def hparams(run: RunConfig, cfg: normjax.ModelConfig) -> dict:
     """The traced hyperparameters of a run (see steps.HPARAMS)."""
     t = run.train
     return dict(
-        lr=t.lr, warmup_steps=t.warmup_steps, warmup_init_lr=t.warmup_init_lr,
-        total_steps=t.num_steps, end_lr=t.end_lr, d_model=t.noam_d_model or cfg.d_model,
-        weight_decay=t.weight_decay, clip_norm=t.clip_norm, label_smoothing=t.label_smoothing,
+        lr=t.lr,
+        warmup_steps=t.warmup_steps,
+        warmup_init_lr=t.warmup_init_lr,
+        total_steps=t.num_steps,
+        end_lr=t.end_lr,
+        d_model=t.noam_d_model or cfg.d_model,
+        weight_decay=t.weight_decay,
+        clip_norm=t.clip_norm,
+        label_smoothing=t.label_smoothing,
         divergence_loss=divergence_loss(t, cfg.vocab_size),
         divergence_patience=t.divergence_patience,
     )
@@ -88,8 +94,7 @@ class Job:
     def _claim(self, config: dict) -> None:
         path = os.path.join(self.workdir, "config.json")
         if os.path.exists(path) and records.read_json(path) != records.to_jsonable(config):
-            raise ConfigError(f"{self.workdir} holds a run with a different config.json; "
-                              "use a new --workdir")
+            raise ConfigError(f"{self.workdir} holds a run with a different config.json; use a new --workdir")
         os.makedirs(self.workdir, exist_ok=True)
         records.write_json(path, config)
 
@@ -112,25 +117,30 @@ class Job:
     def evaluate(self) -> dict:
         s, g, kind = self.state, self.spec.graphdef, self.task.kind
         limit = self.run.data.valid_batches or self.task.valid.batches_per_epoch
-        sums = [self.fns.eval(g, kind, s.params, s.consts, self.device_batch(b))
-                for _, b in zip(range(limit), self.task.valid.epoch(), strict=False)]
+        sums = [
+            self.fns.eval(g, kind, s.params, s.consts, self.device_batch(b))
+            for _, b in zip(range(limit), self.task.valid.epoch(), strict=False)
+        ]
         tot = {k: float(np.sum([x[k] for x in jax.device_get(sums)])) for k in sums[0]}
         nll = tot["nll"] / max(tot["tokens"], 1.0)
-        return {"valid/nll": nll, "valid/accuracy": tot["correct"] / max(tot["tokens"], 1.0),
-                "valid/ppl": math.exp(min(nll, 700.0))}
+        return {
+            "valid/nll": nll,
+            "valid/accuracy": tot["correct"] / max(tot["tokens"], 1.0),
+            "valid/ppl": math.exp(min(nll, 700.0)),
+        }
 
     def bleu(self) -> dict:
         s, task, g = self.state, self.task, self.spec.graphdef
         fn = lambda p, c, src, mask: self.fns.decode(g, p, c, src, mask, task.max_len)
-        hyps, refs = decode.translate(fn, s.params, s.consts, task.bleu, task.vocab,
-                                      task.references, task.strip_bpe)
+        hyps, refs = decode.translate(fn, s.params, s.consts, task.bleu, task.vocab, task.references, task.strip_bpe)
         return {"valid/bleu": decode.corpus_bleu(hyps, refs)}
 
     def diagnostics(self) -> dict:
         """On the first validation batch: the same probe at every step, one compiled shape."""
         s = self.state
-        out = self.fns.diag(self.spec.graphdef, self.task.kind, s.params, s.consts,
-                            self.device_batch(self.task.valid.batch(0)))
+        out = self.fns.diag(
+            self.spec.graphdef, self.task.kind, s.params, s.consts, self.device_batch(self.task.valid.batch(0))
+        )
         return {f"diag/{k}": v for k, v in jax.device_get(out).items()}
 
     def record(self, step: int, pending: list) -> dict:
@@ -158,17 +168,18 @@ class Job:
     def finish(self, step: int, diverged_at: int) -> dict:
         """Writes summary.json (outcome "ok" or "diverged" at a step) and closes the job's files."""
         elapsed = time.time() - self.t0
-        valid = [r["valid/nll"] for r in records.read_jsonl(self.log.path)
-                 if r.get("valid/nll") is not None]
-        summary = records.to_jsonable({
-            "outcome": "diverged" if diverged_at >= 0 else "ok",
-            "diverged_step": diverged_at if diverged_at >= 0 else None,
-            "steps": step,
-            "final": {k: v for k, v in self.last.items() if not k.startswith("diag/")},
-            "best_valid_nll": min(valid, default=None),
-            "wall_time_s": elapsed,
-            "steps_per_s": (step - self.start) / max(elapsed, 1e-9),
-        })
+        valid = [r["valid/nll"] for r in records.read_jsonl(self.log.path) if r.get("valid/nll") is not None]
+        summary = records.to_jsonable(
+            {
+                "outcome": "diverged" if diverged_at >= 0 else "ok",
+                "diverged_step": diverged_at if diverged_at >= 0 else None,
+                "steps": step,
+                "final": {k: v for k, v in self.last.items() if not k.startswith("diag/")},
+                "best_valid_nll": min(valid, default=None),
+                "wall_time_s": elapsed,
+                "steps_per_s": (step - self.start) / max(elapsed, 1e-9),
+            }
+        )
         if self.main:
             records.write_json(os.path.join(self.workdir, "summary.json"), summary)
         self.ckpt.close()

@@ -10,8 +10,9 @@ from normjax.train.config_schema import shape_key
 from normjax.train.job import Job, compiled, finished_summary
 
 
-def run_job(run: RunConfig, workdir: str, *, mesh=None, progress: bool = True, desc: str = "",
-            position: int = 0) -> dict:
+def run_job(
+    run: RunConfig, workdir: str, *, mesh=None, progress: bool = True, desc: str = "", position: int = 0
+) -> dict:
     """Trains one run in `workdir`, resuming from its last checkpoint; skips a finished run.
 
     Writes config.json, metrics.jsonl (one record per logged step), summary.json (outcome "ok" or
@@ -26,8 +27,9 @@ def run_job(run: RunConfig, workdir: str, *, mesh=None, progress: bool = True, d
     return _train([Job(run, workdir, mesh or sharding.data_mesh())], progress, desc, position)[0]
 
 
-def run_group(items: list[tuple[RunConfig, str]], *, mesh=None, progress: bool = True,
-              desc: str = "", position: int = 0) -> list[dict]:
+def run_group(
+    items: list[tuple[RunConfig, str]], *, mesh=None, progress: bool = True, desc: str = "", position: int = 0
+) -> list[dict]:
     """Trains runs that share shapes (same model, data, batch, optimizer kind, schedule kind, steps and
     intervals; lr, warmup, seed and the other traced values may differ) with one vmapped step.
 
@@ -56,8 +58,9 @@ def _stack(trees):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
-def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: bool = False,
-           resumed: bool = False) -> list[dict]:
+def _train(
+    jobs: list[Job], progress: bool, desc: str, position: int, vmapped: bool = False, resumed: bool = False
+) -> list[dict]:
     """The loop. Every job shares the train config's step count and intervals (run_group checks)."""
     t, fns, mesh = jobs[0].run.train, compiled(), jobs[0].mesh
     step = jobs[0].start if resumed else jobs[0].resume()
@@ -67,8 +70,15 @@ def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: b
     state = sharding.replicate(_stack([j.state for j in jobs]), mesh) if vmapped else jobs[0].state
     take = (lambda tree, i: jax.tree.map(lambda x: x[i], tree)) if vmapped else (lambda tree, i: tree)
     active, pending, summaries = list(range(len(jobs))), [], [None] * len(jobs)
-    bar = tqdm(total=t.num_steps, initial=step, desc=desc, position=position, leave=False,
-               disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=t.num_steps,
+        initial=step,
+        desc=desc,
+        position=position,
+        leave=False,
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     while step < t.num_steps and active:
         if vmapped:
             batch = {k: jnp.stack(v) for k, v in _stack([j.host_batch(step) for j in jobs]).items()}

@@ -22,9 +22,7 @@ class OptimizerSpec:
 
     def __post_init__(self):
         if self.name not in OPTIMIZERS:
-            raise ValueError(
-                f"unknown optimizer {self.name!r}; valid choices: {', '.join(OPTIMIZERS)}"
-            )
+            raise ValueError(f"unknown optimizer {self.name!r}; valid choices: {', '.join(OPTIMIZERS)}")
 
 
 def direction(spec: OptimizerSpec) -> optax.GradientTransformation:

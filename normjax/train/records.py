@@ -66,8 +66,6 @@ def _tensorboard_writer(logdir: str):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            logging.warning(
-                "train.tensorboard: neither tensorboardX nor torch is installed; skipping"
-            )
+            logging.warning("train.tensorboard: neither tensorboardX nor torch is installed; skipping")
             return None
     return SummaryWriter(logdir)

@@ -212,10 +212,7 @@ def diagnostics(graphdef, task: str, params, consts, batch: dict) -> dict:
         layers = normjax.layer_params(grads, model, stack)
         out[f"grad_norm/{stack}"] = jnp.stack([optimizers.global_norm(g) for g in layers])
         out[f"ffn_grad_norm/{stack}"] = jnp.stack(
-            [
-                optimizers.global_norm({k: v for k, v in g.items() if k.startswith("ffn/")})
-                for g in layers
-            ]
+            [optimizers.global_norm({k: v for k, v in g.items() if k.startswith("ffn/")}) for g in layers]
         )
         sites = [(name, x) for block in probes[stack].norm_inputs for name, x in block.items()]
         if probes[stack].final_norm_input is not None:

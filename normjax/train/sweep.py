@@ -79,8 +79,15 @@ def summarize(runs: list[SweepRun], workdir: str) -> dict:
     return {"runs": out}
 
 
-def run_sweep(runs: list[SweepRun], workdir: str, shard: tuple[int, int] = (0, 1), *,
-              vmap: bool = False, progress: bool = True, mesh=None) -> dict:
+def run_sweep(
+    runs: list[SweepRun],
+    workdir: str,
+    shard: tuple[int, int] = (0, 1),
+    *,
+    vmap: bool = False,
+    progress: bool = True,
+    mesh=None,
+) -> dict:
     """Runs runs[i::n] (finished runs are skipped, unfinished ones resume), keeping DIR/sweep.json
     up to date. Runs that share shapes share one compiled step; with `vmap` they also train in
     lockstep as one vmapped step (slower than one after another on a small CPU).
@@ -93,8 +100,7 @@ def run_sweep(runs: list[SweepRun], workdir: str, shard: tuple[int, int] = (0, 1
     for r in runs[i::n]:
         groups.setdefault(shape_key(r.run) if vmap else r.name, []).append(r)
     os.makedirs(workdir, exist_ok=True)
-    bar = tqdm(groups.values(), desc=f"sweep {i}/{n}", position=0, disable=not progress,
-               dynamic_ncols=True)
+    bar = tqdm(groups.values(), desc=f"sweep {i}/{n}", position=0, disable=not progress, dynamic_ncols=True)
     for group in bar:
         names = ", ".join(r.name for r in group)
         bar.set_postfix_str(names)
@@ -132,6 +138,4 @@ def format_table(result: dict) -> str:
             cells.append("-" if v is None else f"{v:.3f}" if k != "valid/bleu" else f"{v:.1f}")
         table.append(cells)
     widths = [max(len(row[c]) for row in table) for c in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in table
-    )
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in table)

@@ -66,8 +66,13 @@ def load_task(data: DataConfig, batch: BatchSpec, seed: int, bleu_examples: int 
     train = Seq2SeqBatches(splits["train"], batch, seed)
     for name, split in (("train", train), ("valid", valid)):
         if split.num_dropped:
-            logging.warning("data: %d of %d %s pairs are empty or longer than data.max_len=%d; "
-                            "skipped", split.num_dropped, len(splits[name]), name, data.max_len)
+            logging.warning(
+                "data: %d of %d %s pairs are empty or longer than data.max_len=%d; skipped",
+                split.num_dropped,
+                len(splits[name]),
+                name,
+                data.max_len,
+            )
     return Task(
         kind="seq2seq",
         vocab=vocab,

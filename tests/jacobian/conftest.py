@@ -11,8 +11,16 @@ import normjax
 
 # Tiny float64 models: a block's Jacobian is (T d) x (T d) = 24 x 24. gelu keeps the blocks smooth
 # so central differences converge as O(h^2) (relu's kinks would not).
-TINY = dict(vocab_size=11, d_model=8, num_heads=2, d_ff=16, num_layers=2, activation="gelu",
-            dtype="float64", param_dtype="float64")
+TINY = dict(
+    vocab_size=11,
+    d_model=8,
+    num_heads=2,
+    d_ff=16,
+    num_layers=2,
+    activation="gelu",
+    dtype="float64",
+    param_dtype="float64",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -61,5 +69,6 @@ def central_differences(fn, x, h=1e-6):
 @pytest.fixture(scope="session")
 def helpers():
     """The helpers above, for test modules (conftest itself is not importable under importlib)."""
-    return types.SimpleNamespace(model=tiny_model, tokens=tokens, set_params=set_params,
-                                 central_differences=central_differences)
+    return types.SimpleNamespace(
+        model=tiny_model, tokens=tokens, set_params=set_params, central_differences=central_differences
+    )

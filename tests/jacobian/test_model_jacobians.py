@@ -24,8 +24,7 @@ def test_block_jacobian_fwd_rev_and_finite_differences(placement, helpers):
     # jitted path runs the same code (test_exact.py and the Pre-LN test below).
     with jax.disable_jit():
         J = jacobian.jacobian(f, x_TD)
-        np.testing.assert_allclose(jacobian.jacobian(f, x_TD, mode="rev"), J, rtol=1e-10,
-                                   atol=1e-12)
+        np.testing.assert_allclose(jacobian.jacobian(f, x_TD, mode="rev"), J, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(helpers.central_differences(f, x_TD), J, rtol=1e-7, atol=1e-8)
     assert np.abs(J - np.eye(J.shape[0])).max() > 1e-2  # the branch is really there
 
@@ -90,14 +89,11 @@ def test_end_to_end_probe_matrix_free_matches_exact(helpers):
     model = helpers.model(placement="pre", num_layers=1)
     toks = helpers.tokens()
     exact = model_jacobians.end_to_end_jacobians(model, toks)["decoder"]
-    free = model_jacobians.end_to_end_jacobians(model, toks, method="lanczos", top_k=4,
-                                                num_probes=256)["decoder"]
+    free = model_jacobians.end_to_end_jacobians(model, toks, method="lanczos", top_k=4, num_probes=256)["decoder"]
     assert exact["exact"] and not free["exact"]
     assert exact["io_singular_values"].shape == (24,) and free["io_singular_values"].shape == (4,)
     np.testing.assert_allclose(free["spectral"], exact["spectral"], rtol=1e-6)
-    np.testing.assert_allclose(free["io_singular_values"], exact["io_singular_values"][:4],
-                               rtol=1e-6)
+    np.testing.assert_allclose(free["io_singular_values"], exact["io_singular_values"][:4], rtol=1e-6)
     np.testing.assert_allclose(exact["frobenius_sq"][0], np.sum(exact["io_singular_values"] ** 2))
     # Hutchinson: unbiased, deterministic key; 4 standard errors.
-    assert np.all(np.abs(free["frobenius_sq"] - exact["frobenius_sq"])
-                  < 4 * free["frobenius_sq_stderr"])
+    assert np.all(np.abs(free["frobenius_sq"] - exact["frobenius_sq"]) < 4 * free["frobenius_sq_stderr"])

@@ -39,25 +39,30 @@ def two_norms(J_BDD):
 @pytest.mark.parametrize("eps", [1e-5, 0.5])
 def test_layernorm_jacobian_equals_autodiff(eps):
     z_BD, gamma_D = sample((6, 7)), sample(7, seed=1)
-    np.testing.assert_allclose(jacobian.layernorm_jacobian(z_BD, gamma_D, eps),
-                               per_vector_autodiff(layernorm, z_BD, gamma_D, eps),
-                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(
+        jacobian.layernorm_jacobian(z_BD, gamma_D, eps),
+        per_vector_autodiff(layernorm, z_BD, gamma_D, eps),
+        rtol=1e-12,
+        atol=1e-13,
+    )
 
 
 @pytest.mark.parametrize("eps", [1e-5, 0.5])
 def test_rmsnorm_jacobian_equals_autodiff(eps):
     z_BD, gamma_D = sample((6, 7)), sample(7, seed=1)
-    np.testing.assert_allclose(jacobian.rmsnorm_jacobian(z_BD, gamma_D, eps),
-                               per_vector_autodiff(rmsnorm, z_BD, gamma_D, eps),
-                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(
+        jacobian.rmsnorm_jacobian(z_BD, gamma_D, eps),
+        per_vector_autodiff(rmsnorm, z_BD, gamma_D, eps),
+        rtol=1e-12,
+        atol=1e-13,
+    )
 
 
 @pytest.mark.parametrize("alpha", [0.5, sample(7, seed=3)])
 def test_dyt_jacobian_equals_autodiff_and_norm_is_exact(alpha):
     z_BD, gamma_D = sample((6, 7), spread=3.0), sample(7, seed=1)
     J_BDD = jacobian.dyt_jacobian(z_BD, alpha, gamma_D)
-    np.testing.assert_allclose(J_BDD, per_vector_autodiff(dyt, z_BD, gamma_D, alpha),
-                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(J_BDD, per_vector_autodiff(dyt, z_BD, gamma_D, alpha), rtol=1e-12, atol=1e-13)
     norm = jacobian.dyt_jacobian_norm(z_BD, alpha, gamma_D)
     assert bool(norm.exact)
     np.testing.assert_allclose(norm.value, two_norms(J_BDD), rtol=1e-12)
@@ -71,8 +76,7 @@ def test_layernorm_norm_is_one_over_sigma_for_unit_gamma(d, eps):
     norm = jacobian.layernorm_jacobian_norm(z_BD, eps=eps)
     assert bool(norm.exact)
     np.testing.assert_allclose(norm.value, 1 / sigma_B, rtol=1e-12)
-    np.testing.assert_allclose(norm.value, two_norms(jacobian.layernorm_jacobian(z_BD, eps=eps)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(norm.value, two_norms(jacobian.layernorm_jacobian(z_BD, eps=eps)), rtol=1e-12)
 
 
 @pytest.mark.parametrize("eps", [1e-5, 0.5])
@@ -89,11 +93,15 @@ def test_layernorm_projector_eigenvalues(eps):
 def test_layernorm_norm_small_d_and_constant_input():
     eps = 0.3
     z_BD = sample((4, 2))
-    np.testing.assert_allclose(jacobian.layernorm_jacobian_norm(z_BD, eps=eps).value,
-                               two_norms(jacobian.layernorm_jacobian(z_BD, eps=eps)), rtol=1e-12)
+    np.testing.assert_allclose(
+        jacobian.layernorm_jacobian_norm(z_BD, eps=eps).value,
+        two_norms(jacobian.layernorm_jacobian(z_BD, eps=eps)),
+        rtol=1e-12,
+    )
     # A constant z: zhat = 0, P = I - 11^T/d, so the norm is 1/sqrt(eps).
-    np.testing.assert_allclose(jacobian.layernorm_jacobian_norm(jnp.full(5, 2.0), eps=eps).value,
-                               1 / np.sqrt(eps), rtol=1e-12)
+    np.testing.assert_allclose(
+        jacobian.layernorm_jacobian_norm(jnp.full(5, 2.0), eps=eps).value, 1 / np.sqrt(eps), rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
@@ -115,8 +123,7 @@ def test_rmsnorm_norm_is_one_over_rms_for_unit_gamma(d):
     z_BD = sample((5, d))
     norm = jacobian.rmsnorm_jacobian_norm(z_BD, eps=0.2)
     np.testing.assert_allclose(norm.value, 1 / jacobian.rmsnorm_rms(z_BD, 0.2), rtol=1e-12)
-    np.testing.assert_allclose(norm.value, two_norms(jacobian.rmsnorm_jacobian(z_BD, eps=0.2)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(norm.value, two_norms(jacobian.rmsnorm_jacobian(z_BD, eps=0.2)), rtol=1e-12)
 
 
 def test_batched_shapes_and_dispatch_errors():

@@ -38,11 +38,19 @@ def test_padding_mask_excludes_padded_tokens(helpers):
 
 # Which parameters the closed form must read at each site: the norm's own scale.
 SITE_MODULES = {
-    "sandwich": {"attn.pre": "attn/norm", "attn.branch": "attn/norm2", "ffn.pre": "ffn/norm",
-                 "ffn.branch": "ffn/norm2"},
+    "sandwich": {
+        "attn.pre": "attn/norm",
+        "attn.branch": "attn/norm2",
+        "ffn.pre": "ffn/norm",
+        "ffn.branch": "ffn/norm2",
+    },
     "branch_post": {"attn.branch": "attn/norm", "ffn.branch": "ffn/norm"},
-    "hybrid": {"attn.q": "attn/qkv_norm/q", "attn.k": "attn/qkv_norm/k",
-               "attn.v": "attn/qkv_norm/v", "ffn.post": "ffn/norm"},
+    "hybrid": {
+        "attn.q": "attn/qkv_norm/q",
+        "attn.k": "attn/qkv_norm/k",
+        "attn.v": "attn/qkv_norm/v",
+        "ffn.post": "ffn/norm",
+    },
 }
 
 
@@ -52,24 +60,30 @@ def test_norm_sites_read_each_norms_own_scale(placement, helpers):
     model = helpers.model(placement=placement)
     gammas = {module: -1.5 - i for i, module in enumerate(SITE_MODULES[placement].values())}
 
-    helpers.set_params(model, lambda name, w: jnp.full_like(w, gammas[name.removesuffix("/scale")])
-                       if name.removesuffix("/scale") in gammas else w)
+    helpers.set_params(
+        model,
+        lambda name, w: (
+            jnp.full_like(w, gammas[name.removesuffix("/scale")]) if name.removesuffix("/scale") in gammas else w
+        ),
+    )
     out = probes.norm_sites(model, helpers.tokens(batch=1, length=1))["decoder"]
     for layer in out["layers"]:
         assert set(layer) == set(SITE_MODULES[placement])
         for site, module in SITE_MODULES[placement].items():
             stats = layer[site]
             assert stats["exact"] and stats["scale_from"] == "params"
-            np.testing.assert_allclose(stats["jac_norm"]["mean"] * stats["sigma"]["mean"],
-                                       abs(gammas[module]), rtol=1e-12)
+            np.testing.assert_allclose(
+                stats["jac_norm"]["mean"] * stats["sigma"]["mean"], abs(gammas[module]), rtol=1e-12
+            )
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "dyt"])
 def test_closed_forms_match_autodiff_of_the_models_norms(norm, helpers):
     model = helpers.model(placement="sandwich", norm=norm)
     rng = np.random.default_rng(0)
-    helpers.set_params(model, lambda path, w: w + 0.3 * rng.normal(size=w.shape)
-                       if path.endswith(("scale", "alpha")) else w)
+    helpers.set_params(
+        model, lambda path, w: w + 0.3 * rng.normal(size=w.shape) if path.endswith(("scale", "alpha")) else w
+    )
     out = probes.check_ln_jacobian_autodiff(model, helpers.tokens(), num_tokens=3)
     assert out["max_rel_err"] < 1e-12
     assert len(out["decoder"]["layers"]) == 2 and out["decoder"]["final"] is not None
@@ -86,8 +100,7 @@ def test_gradient_norms_two_metrics(helpers):
     many = param_probes.grad_norms(model, lm_loss, batches)
     assert one["num_batches"] == 1 and many["num_batches"] == 4
     for name, m in one["stacks"]["decoder"].items():
-        np.testing.assert_allclose(m["norm_of_mean"], m["mean_of_norms"], rtol=1e-12,
-                                   err_msg=name)
+        np.testing.assert_allclose(m["norm_of_mean"], m["mean_of_norms"], rtol=1e-12, err_msg=name)
         np.testing.assert_array_equal(m["std_of_norms"], 0)
     kernels = many["stacks"]["decoder"]["ffn/fc1/kernel"]
     assert kernels["mean_of_norms"].shape == (2,)
@@ -119,13 +132,13 @@ def test_output_change_is_first_order_in_eps_and_zero_at_zero(helpers):
 def test_grad_sign_update_decreases_the_loss(helpers):
     # Same model structure and shapes as the tests above: the compiled gradient is reused.
     model, batch = helpers.model(placement="post"), helpers.tokens(length=4)
-    dW = param_probes.perturbation(model, eps=1e-4, kind="grad_sign", loss_fn=lm_loss,
-                                   batch=batch)
+    dW = param_probes.perturbation(model, eps=1e-4, kind="grad_sign", loss_fn=lm_loss, batch=batch)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     moved = nnx.merge(graphdef, jax.tree.map(jnp.add, params, dW), rest)
     assert lm_loss(moved, batch) < lm_loss(model, batch)
-    out = param_probes.output_change(model, helpers.tokens(), eps=1e-4, kind="grad_sign",
-                                     loss_fn=lm_loss, batch=batch, target="stream")
+    out = param_probes.output_change(
+        model, helpers.tokens(), eps=1e-4, kind="grad_sign", loss_fn=lm_loss, batch=batch, target="stream"
+    )
     assert out["relative"] > 0 and out["rms"] <= out["max"]
     with pytest.raises(ValueError, match="needs loss_fn"):
         param_probes.perturbation(model, eps=1e-4, kind="grad_sign")

@@ -36,8 +36,7 @@ def test_power_matches_svd():
 
 
 def test_lanczos_top_k_matches_svd():
-    s_K, info = jacobian.singular_values(f, point(), 5, method="lanczos", tol=1e-12,
-                                         return_info=True)
+    s_K, info = jacobian.singular_values(f, point(), 5, method="lanczos", tol=1e-12, return_info=True)
     assert info.converged and info.residual <= 1e-12 and info.iterations < 30
     np.testing.assert_allclose(s_K, svd(f, point())[:5], rtol=1e-6)
 
@@ -45,8 +44,7 @@ def test_lanczos_top_k_matches_svd():
 def test_lanczos_spectral_norm_and_exact_agree():
     s_exact = jacobian.spectral_norm(f, point(), method="exact")
     np.testing.assert_allclose(s_exact, svd(f, point())[0], rtol=1e-12)
-    np.testing.assert_allclose(jacobian.spectral_norm(f, point(), method="lanczos", tol=1e-12),
-                               s_exact, rtol=1e-6)
+    np.testing.assert_allclose(jacobian.spectral_norm(f, point(), method="lanczos", tol=1e-12), s_exact, rtol=1e-6)
 
 
 def test_lanczos_full_krylov_basis_gives_all_singular_values():
@@ -57,8 +55,9 @@ def test_lanczos_full_krylov_basis_gives_all_singular_values():
 
 def test_lanczos_survives_breakdown_on_identity_and_low_rank():
     # J = I: the Krylov space of any start vector is 1-dimensional, so Lanczos must restart.
-    np.testing.assert_allclose(jacobian.singular_values(lambda x: x, point(), 4, method="lanczos"),
-                               np.ones(4), rtol=1e-12)
+    np.testing.assert_allclose(
+        jacobian.singular_values(lambda x: x, point(), 4, method="lanczos"), np.ones(4), rtol=1e-12
+    )
     s_K = jacobian.singular_values(rank2, point(), 4, method="lanczos", num_iters=30)
     np.testing.assert_allclose(s_K[:2], svd(rank2, point())[:2], rtol=1e-10)
     np.testing.assert_allclose(s_K[2:], 0, atol=1e-12)
@@ -83,16 +82,14 @@ def test_auto_picks_exact_for_small_and_lanczos_for_large():
 
 def test_unconverged_power_warns():
     with pytest.warns(UserWarning, match="power stopped after 2 iterations"):
-        _, info = jacobian.spectral_norm(f, point(), method="power", num_iters=2, tol=1e-14,
-                                         return_info=True)
+        _, info = jacobian.spectral_norm(f, point(), method="power", num_iters=2, tol=1e-14, return_info=True)
     assert not info.converged and info.iterations == 2
 
 
 def test_hutchinson_is_unbiased_and_exact_for_diagonal_jacobians():
     exact = jacobian.frobenius_norm_sq(f, point(), method="exact")
     np.testing.assert_allclose(exact, np.sum(svd(f, point()) ** 2), rtol=1e-12)
-    est, info = jacobian.frobenius_norm_sq(f, point(), num_probes=400, chunk_size=64,
-                                           return_info=True)
+    est, info = jacobian.frobenius_norm_sq(f, point(), num_probes=400, chunk_size=64, return_info=True)
     # A fixed key makes this deterministic; 4 standard errors is the statistical bound.
     assert 0 < info.stderr < 0.1 * exact and abs(est - exact) < 4 * info.stderr
     # With J^T J diagonal, ||J z||^2 = sum_i J_ii^2 z_i^2 = ||J||_F^2 for every Rademacher z.

@@ -10,10 +10,22 @@ from normjax.studies import amplification, runner
 
 
 def tiny_config(**changes):
-    c = ml_collections.ConfigDict(dict(
-        placements=("post", "admin_profiled"), depths=(1, 2), vocab_size=17, d_model=8, num_heads=2,
-        d_ff=16, batch_size=2, seq_len=4, num_seeds=2, kinds=("random",), eps={"random": 1e-2, "grad_sign": 1e-4},
-        scopes=("branch", "all")))
+    c = ml_collections.ConfigDict(
+        dict(
+            placements=("post", "admin_profiled"),
+            depths=(1, 2),
+            vocab_size=17,
+            d_model=8,
+            num_heads=2,
+            d_ff=16,
+            batch_size=2,
+            seq_len=4,
+            num_seeds=2,
+            kinds=("random",),
+            eps={"random": 1e-2, "grad_sign": 1e-4},
+            scopes=("branch", "all"),
+        )
+    )
     c.update(changes)
     return c
 
@@ -21,8 +33,7 @@ def tiny_config(**changes):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("work")
-    return runner.run_study("amplification", str(workdir), tiny_config(), amplification.compute,
-                            amplification.plot)
+    return runner.run_study("amplification", str(workdir), tiny_config(), amplification.compute, amplification.plot)
 
 
 def test_results_schema_and_verdicts(saved):
@@ -44,8 +55,9 @@ def test_results_schema_and_verdicts(saved):
 
 
 def _changes(model, data, eps, kinds=("random", "grad_sign")):
-    return amplification.output_changes(model, data, kinds, dict.fromkeys(kinds, eps), ("branch", "all"),
-                                        jax.random.key(0))
+    return amplification.output_changes(
+        model, data, kinds, dict.fromkeys(kinds, eps), ("branch", "all"), jax.random.key(0)
+    )
 
 
 def test_no_update_no_change_and_linear_for_tiny_steps():
@@ -62,8 +74,7 @@ def test_no_update_no_change_and_linear_for_tiny_steps():
 def test_branch_scope_moves_only_sublayer_weights():
     model, _, _ = amplification.build(tiny_config(), "admin", 1, 0)
     params = jax.tree_util.tree_flatten_with_path(amplification.nnx.state(model, amplification.nnx.Param))[0]
-    mask = jax.tree.leaves(amplification.scope_mask(amplification.nnx.state(model, amplification.nnx.Param),
-                                                    "branch"))
+    mask = jax.tree.leaves(amplification.scope_mask(amplification.nnx.state(model, amplification.nnx.Param), "branch"))
     for (path, _), m in zip(params, mask, strict=True):
         name = jax.tree_util.keystr(path)
         assert float(m) == (1.0 if "'branch'" in name else 0.0), name

@@ -22,8 +22,7 @@ def _tiny():
 
 
 def test_depth_scaling_smoke(tmp_path):
-    saved = runner.run_study("depth_scaling", str(tmp_path), _tiny(), depth_scaling.compute,
-                             depth_scaling.plot)
+    saved = runner.run_study("depth_scaling", str(tmp_path), _tiny(), depth_scaling.compute, depth_scaling.plot)
     results = saved["results"]
     assert (tmp_path / "depth_scaling" / "depth_scaling.png").exists()
     for placement in ("post", "pre"):
@@ -42,8 +41,9 @@ def test_depth_scaling_smoke(tmp_path):
 
 def test_scanned_layers_give_the_looped_gradient_norms():
     # depth_scaling scans its layers (one compile per depth); the gradients must not change.
-    cfg = normjax.ModelConfig(arch="encoder", vocab_size=31, d_model=16, num_heads=2, d_ff=32,
-                              num_layers=3, placement="post", max_len=8)
+    cfg = normjax.ModelConfig(
+        arch="encoder", vocab_size=31, d_model=16, num_heads=2, d_ff=32, num_layers=3, placement="post", max_len=8
+    )
     looped = normjax.Transformer(cfg, rngs=nnx.Rngs(0))
     task = CopyTask("encoder", 2, 6, 31)
     a = ffn_grad_norms(looped, task, num_batches=2, seed=3)["encoder"]

@@ -17,10 +17,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def tiny_config(**model):
     fields = dict(vocab_size=17, d_model=8, num_heads=2, d_ff=16, num_layers=2, placement="post") | model
-    return ml_collections.ConfigDict(dict(
-        model=dataclasses.asdict(normjax.ModelConfig(**fields)), batch_size=2, seq_len=4, num_batches=2, seed=0,
-        jacobian_method="auto", jacobian_seq_len=3,
-        thresholds=dict(grad_ratio=4.0, stream_growth=4.0, ln_jacobian=0.25, block_norm=10.0)))
+    return ml_collections.ConfigDict(
+        dict(
+            model=dataclasses.asdict(normjax.ModelConfig(**fields)),
+            batch_size=2,
+            seq_len=4,
+            num_batches=2,
+            seed=0,
+            jacobian_method="auto",
+            jacobian_seq_len=3,
+            thresholds=dict(grad_ratio=4.0, stream_growth=4.0, ln_jacobian=0.25, block_norm=10.0),
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +57,11 @@ def test_bad_placement_fails_with_the_message_and_writes_nothing(tmp_path):
     workdir = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "experiments.diagnose", f"--workdir={workdir}", "--config.model.placement=bogus"],
-        cwd=ROOT, capture_output=True, text=True, env=os.environ | {"JAX_PLATFORMS": "cpu"})
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"JAX_PLATFORMS": "cpu"},
+    )
     assert proc.returncode != 0
     assert "ModelConfig.placement='bogus' is invalid" in proc.stderr and "'post'" in proc.stderr
     assert not workdir.exists()
@@ -58,12 +70,26 @@ def test_bad_placement_fails_with_the_message_and_writes_nothing(tmp_path):
 def test_past_runs_are_read_defensively(tmp_path):
     assert diagnose_report.past_runs(str(tmp_path), "post", "layernorm", 12) == []
     os.makedirs(tmp_path / "warmup_ablation")
-    (tmp_path / "warmup_ablation" / "sweep.json").write_text(json.dumps({"runs": [
-        {"overrides": {"model.placement": "post", "train.lr": 0.01, "train.warmup_steps": 0},
-         "summary": {"outcome": "diverged"}},
-        {"overrides": {"model.placement": "post", "train.lr": 0.003, "train.warmup_steps": 40},
-         "summary": {"outcome": "diverged"}},
-        {"overrides": {"model.placement": "pre", "train.lr": 0.01, "train.warmup_steps": 0}, "summary": None}]}))
+    (tmp_path / "warmup_ablation" / "sweep.json").write_text(
+        json.dumps(
+            {
+                "runs": [
+                    {
+                        "overrides": {"model.placement": "post", "train.lr": 0.01, "train.warmup_steps": 0},
+                        "summary": {"outcome": "diverged"},
+                    },
+                    {
+                        "overrides": {"model.placement": "post", "train.lr": 0.003, "train.warmup_steps": 40},
+                        "summary": {"outcome": "diverged"},
+                    },
+                    {
+                        "overrides": {"model.placement": "pre", "train.lr": 0.01, "train.warmup_steps": 0},
+                        "summary": None,
+                    },
+                ]
+            }
+        )
+    )
     os.makedirs(tmp_path / "deep_training")
     (tmp_path / "deep_training" / "results.json").write_text("{not json")
     found = diagnose_report.past_runs(str(tmp_path), "post", "layernorm", 12)

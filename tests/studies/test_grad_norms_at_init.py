@@ -24,8 +24,9 @@ def _tiny():
 
 
 def test_grad_norms_at_init_smoke(tmp_path):
-    saved = runner.run_study("grad_norms_at_init", str(tmp_path), _tiny(),
-                             grad_norms_at_init.compute, grad_norms_at_init.plot)
+    saved = runner.run_study(
+        "grad_norms_at_init", str(tmp_path), _tiny(), grad_norms_at_init.compute, grad_norms_at_init.plot
+    )
     results = saved["results"]
     assert (tmp_path / "grad_norms_at_init" / "grad_fc2.png").exists()
     assert set(results["runs"]["encoder_decoder"]["post"]) == {"encoder", "decoder"}
@@ -37,8 +38,10 @@ def test_grad_norms_at_init_smoke(tmp_path):
                     assert len(m["mean"]) == len(m["std"]) == 3
                     assert {"slope", "stderr", "r2", "max_over_min"} <= set(m["fit"])
                 # triangle inequality: ||E[g]|| <= E||g|| per seed, so also for the seed means
-                assert np.all(np.array(stack[name]["norm_of_mean"]["mean"])
-                              <= np.array(stack[name]["mean_of_norms"]["mean"]) * (1 + 1e-5))
+                assert np.all(
+                    np.array(stack[name]["norm_of_mean"]["mean"])
+                    <= np.array(stack[name]["mean_of_norms"]["mean"]) * (1 + 1e-5)
+                )
     claims = {row["claim"] for row in results["verdicts"]}
     assert claims == {"X6", "L3", "R5", "S1", "S3"} and claims <= set(CLAIMS)
     assert all(row["verdict"] in VERDICTS for row in results["verdicts"])
@@ -48,8 +51,7 @@ def test_grad_norms_at_init_smoke(tmp_path):
 
 def test_probe_matches_param_probes_grad_norms():
     arch = "encoder_decoder"  # two stacks, cross attention: the layout param_probes walks
-    model = normjax.Transformer(normjax.ModelConfig(arch=arch, placement="post", **TINY),
-                                rngs=nnx.Rngs(0))
+    model = normjax.Transformer(normjax.ModelConfig(arch=arch, placement="post", **TINY), rngs=nnx.Rngs(0))
     task = probe.CopyTask(arch, 2, 6, TINY["vocab_size"])
     ours = probe.ffn_grad_norms(model, task, num_batches=3, seed=5)
     batches = [probe.copy_tokens(task, k) for k in jax.random.split(jax.random.key(5), 3)]
@@ -57,13 +59,11 @@ def test_probe_matches_param_probes_grad_norms():
     for stack, names in ours.items():
         for name, metrics in names.items():
             for metric, value in metrics.items():
-                np.testing.assert_allclose(value, theirs["stacks"][stack][name][metric],
-                                           rtol=1e-5, atol=1e-7)
+                np.testing.assert_allclose(value, theirs["stacks"][stack][name][metric], rtol=1e-5, atol=1e-7)
 
 
 def test_one_batch_norm_of_mean_is_the_batch_norm():
-    model = normjax.Transformer(normjax.ModelConfig(arch="encoder", placement="pre", **TINY),
-                                rngs=nnx.Rngs(1))
+    model = normjax.Transformer(normjax.ModelConfig(arch="encoder", placement="pre", **TINY), rngs=nnx.Rngs(1))
     task = probe.CopyTask("encoder", 2, 6, TINY["vocab_size"])
     out = probe.ffn_grad_norms(model, task, num_batches=1, seed=0)
     for metrics in out["encoder"].values():

@@ -12,9 +12,21 @@ from normjax.studies import jacobian_spectrum, runner
 
 
 def tiny_config(**changes):
-    c = ml_collections.ConfigDict(dict(
-        placements=("post", "pre", "rezero"), depths=(1, 2), vocab_size=17, d_model=8, num_heads=2, d_ff=16,
-        seq_len=3, num_seeds=1, exact_max_n=4096, top_k=4, resolution=1e-12))
+    c = ml_collections.ConfigDict(
+        dict(
+            placements=("post", "pre", "rezero"),
+            depths=(1, 2),
+            vocab_size=17,
+            d_model=8,
+            num_heads=2,
+            d_ff=16,
+            seq_len=3,
+            num_seeds=1,
+            exact_max_n=4096,
+            top_k=4,
+            resolution=1e-12,
+        )
+    )
     c.update(changes)
     return c
 
@@ -22,8 +34,9 @@ def tiny_config(**changes):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("work")
-    return runner.run_study("jacobian_spectrum", str(workdir), tiny_config(), jacobian_spectrum.compute,
-                            jacobian_spectrum.plot)
+    return runner.run_study(
+        "jacobian_spectrum", str(workdir), tiny_config(), jacobian_spectrum.compute, jacobian_spectrum.plot
+    )
 
 
 def test_results_schema_and_verdicts(saved):

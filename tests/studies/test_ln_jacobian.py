@@ -22,8 +22,7 @@ def _tiny():
 
 
 def test_ln_jacobian_smoke(tmp_path):
-    saved = runner.run_study("ln_jacobian", str(tmp_path), _tiny(), ln_jacobian.compute,
-                             ln_jacobian.plot)
+    saved = runner.run_study("ln_jacobian", str(tmp_path), _tiny(), ln_jacobian.compute, ln_jacobian.plot)
     results = saved["results"]
     assert (tmp_path / "ln_jacobian" / "ln_sigma.png").exists()
     assert (tmp_path / "ln_jacobian" / "ln_jac.png").exists()
@@ -46,18 +45,17 @@ def test_ln_jacobian_smoke(tmp_path):
 
 
 def test_site_stats_match_probe_norm_sites():
-    cfg = normjax.ModelConfig(arch="encoder", vocab_size=31, d_model=32, num_heads=2, d_ff=64,
-                              num_layers=3, placement="sandwich", max_len=8)
+    cfg = normjax.ModelConfig(
+        arch="encoder", vocab_size=31, d_model=32, num_heads=2, d_ff=64, num_layers=3, placement="sandwich", max_len=8
+    )
     model = normjax.Transformer(cfg, rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(0), (2, 8), 0, 31)
     ours = ln_jacobian.site_stats(model, normjax.probe(model, tokens)[1]["encoder"])
     theirs = probes.norm_sites(model, tokens)["encoder"]
     for l, sites in enumerate(theirs["layers"]):
         for site, stats in sites.items():
-            np.testing.assert_allclose(ours["sites"][site][l]["sigma"], stats["sigma"]["mean"],
-                                       rtol=1e-5)
-            np.testing.assert_allclose(ours["sites"][site][l]["jac"], stats["jac_norm"]["mean"],
-                                       rtol=1e-5)
+            np.testing.assert_allclose(ours["sites"][site][l]["sigma"], stats["sigma"]["mean"], rtol=1e-5)
+            np.testing.assert_allclose(ours["sites"][site][l]["jac"], stats["jac_norm"]["mean"], rtol=1e-5)
     np.testing.assert_allclose(ours["final"]["sigma"], theirs["final"]["sigma"]["mean"], rtol=1e-5)
 
 

@@ -13,17 +13,25 @@ def _tiny_grid():
     c = default_config()
     c.model.update(TINY)
     c.data.update(max_len=16, num_train=400, num_valid=32, num_test=8)
-    c.train.update(batch_size=8, schedule="constant", num_steps=20, log_every=10, eval_every=10,
-                   checkpoint_every=10, bleu_examples=8, divergence_check_every=5)
-    c.sweep.axes = sweep_axes({"model.placement": ["post", "pre"], "train.lr": [3e-3],
-                               "train.warmup_steps": [0, 10]})
+    c.train.update(
+        batch_size=8,
+        schedule="constant",
+        num_steps=20,
+        log_every=10,
+        eval_every=10,
+        checkpoint_every=10,
+        bleu_examples=8,
+        divergence_check_every=5,
+    )
+    c.sweep.axes = sweep_axes({"model.placement": ["post", "pre"], "train.lr": [3e-3], "train.warmup_steps": [0, 10]})
     return c
 
 
 def test_warmup_ablation_smoke(tmp_path):
     folder = str(tmp_path / "wa")
-    saved = runner.run_study("warmup_ablation", "", _tiny_grid(), warmup_ablation.compute,
-                             warmup_ablation.plot, folder=folder)
+    saved = runner.run_study(
+        "warmup_ablation", "", _tiny_grid(), warmup_ablation.compute, warmup_ablation.plot, folder=folder
+    )
     runs = saved["results"]["runs"]
     assert {(r["placement"], r["warmup"]) for r in runs} == {("post", 0), ("post", 10), ("pre", 0), ("pre", 10)}
     for r in runs:

@@ -52,11 +52,22 @@ def test_choices_and_unknown_keys_are_listed(tiny):
 )
 def test_cli_fails_before_writing_anything(tmp_path, flag, key, devices):
     workdir = tmp_path / "run"
-    env = os.environ | {"JAX_PLATFORMS": "cpu",
-                        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    env = os.environ | {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     out = subprocess.run(
-        [sys.executable, "-m", "experiments.train", "--config=experiments/configs/train.py:quick",
-         f"--workdir={workdir}", flag], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "experiments.train",
+            "--config=experiments/configs/train.py:quick",
+            f"--workdir={workdir}",
+            flag,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert key in out.stderr and "Traceback" not in out.stderr
     assert not workdir.exists()

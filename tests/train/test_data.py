@@ -17,11 +17,12 @@ def test_synthetic_is_deterministic_per_seed():
     vocab2, splits2 = make_synthetic(SMALL)
     assert vocab == vocab2
     for name in ("train", "valid", "test"):
-        assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
-                   for a, b in zip(splits[name], splits2[name], strict=True))
+        assert all(
+            np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+            for a, b in zip(splits[name], splits2[name], strict=True)
+        )
     _, other = make_synthetic(SyntheticSpec(seed=4, num_train=2000, num_valid=50, num_test=50))
-    assert any(not np.array_equal(a[0], b[0]) for a, b in zip(splits["train"], other["train"],
-                                                               strict=True))
+    assert any(not np.array_equal(a[0], b[0]) for a, b in zip(splits["train"], other["train"], strict=True))
 
 
 def test_synthetic_sizes_and_lexicon_structure():
@@ -45,8 +46,7 @@ def test_synthetic_sizes_and_lexicon_structure():
 
 def _pairs():
     rng = np.random.default_rng(0)
-    return [(rng.integers(4, 50, rng.integers(1, 20)), rng.integers(4, 50, rng.integers(1, 20)))
-            for _ in range(203)]
+    return [(rng.integers(4, 50, rng.integers(1, 20)), rng.integers(4, 50, rng.integers(1, 20))) for _ in range(203)]
 
 
 def test_seq2seq_batches_cover_each_pair_once_with_fixed_shapes():
@@ -74,7 +74,8 @@ def test_seq2seq_batches_cover_each_pair_once_with_fixed_shapes():
             np.testing.assert_array_equal(v, again.batch(pos)[k])
     n = batches.batches_per_epoch
     assert [batches.example_indices(p).tolist() for p in range(n)] != [
-        batches.example_indices(n + p).tolist() for p in range(n)]  # a new order each epoch
+        batches.example_indices(n + p).tolist() for p in range(n)
+    ]  # a new order each epoch
 
 
 def test_token_budget_rows_are_a_multiple_of_devices():
@@ -99,9 +100,9 @@ def test_byte_corpus_from_a_folder(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "skip.py").write_text("ignored")
     corpus = data_text.load_byte_corpus(str(tmp_path), ".py", max_bytes=10**6, valid_every=2)
-    expected = lambda names: np.concatenate([
-        np.append(np.frombuffer((tmp_path / n).read_bytes(), np.uint8) + data_text.BYTE_OFFSET, EOS)
-        for n in names])
+    expected = lambda names: np.concatenate(
+        [np.append(np.frombuffer((tmp_path / n).read_bytes(), np.uint8) + data_text.BYTE_OFFSET, EOS) for n in names]
+    )
     np.testing.assert_array_equal(corpus["train"], expected(["m0.py", "m2.py"]))
     np.testing.assert_array_equal(corpus["valid"], expected(["m1.py", "m3.py"]))
     assert len(data_text.byte_vocab()) == 256 + data_text.BYTE_OFFSET

@@ -17,8 +17,7 @@ def test_tiny_run_lowers_the_loss_and_logs_diagnostics(tmp_path, tiny):
     assert summary["outcome"] == "ok" and summary["steps"] == 40
     assert [r["step"] for r in log] == [0, 10, 20, 30, 40]
     initial, final = log[0]["valid/nll"], summary["final"]["valid/nll"]
-    assert initial > 0.9 * math.log(json.loads((tmp_path / "config.json").read_text())["model"][
-        "vocab_size"])
+    assert initial > 0.9 * math.log(json.loads((tmp_path / "config.json").read_text())["model"]["vocab_size"])
     assert final < initial - 1.0
     assert 0 <= summary["final"]["valid/bleu"] <= 100
     for stack in ("encoder", "decoder"):  # diagnostics at steps 0 and 20, one value per layer
@@ -40,8 +39,9 @@ def test_huge_lr_is_recorded_as_diverged(tmp_path, tiny):
 
 def test_divergence_needs_consecutive_bad_steps_and_stops_at_the_next_check(tmp_path, tiny):
     # every loss is above 0.01: the 5th bad update in a row diverges; the host checks every 5 steps
-    config = tiny(train__divergence_loss=0.01, train__divergence_patience=5,
-                  train__divergence_check_every=5, train__diag_every=5)
+    config = tiny(
+        train__divergence_loss=0.01, train__divergence_patience=5, train__divergence_check_every=5, train__diag_every=5
+    )
     summary = run_job(parse(config), str(tmp_path), progress=False)
     assert summary["outcome"] == "diverged" and summary["diverged_step"] == 5 and summary["steps"] == 5
     log = records.read_jsonl(str(tmp_path / "metrics.jsonl"))
@@ -53,8 +53,14 @@ def test_byte_level_decoder_lm_trains(tmp_path, tiny):
     corpus.mkdir()
     for i in range(6):
         (corpus / f"f{i}.py").write_text("def f(x):\n    return x + 1\n" * 40)
-    config = tiny(model__arch="decoder", data__task="bytes_lm", data__path=str(corpus),
-                  data__seq_len=16, train__num_steps=20, train__eval_every=20)
+    config = tiny(
+        model__arch="decoder",
+        data__task="bytes_lm",
+        data__path=str(corpus),
+        data__seq_len=16,
+        train__num_steps=20,
+        train__eval_every=20,
+    )
     summary = run_job(parse(config), str(tmp_path / "run"), progress=False)
     log = records.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
     assert summary["outcome"] == "ok" and "valid/bleu" not in summary["final"]

@@ -13,8 +13,7 @@ from normjax.train.steps import token_losses
 def _params_and_grads(seed=0):
     k = jax.random.split(jax.random.key(seed), 4)
     params = {"w": jax.random.normal(k[0], (3, 4)), "b": jax.random.normal(k[1], (4,))}
-    grads = [{"w": jax.random.normal(k[2 + i], (3, 4)), "b": jax.random.normal(k[2 + i], (4,))}
-             for i in range(2)]
+    grads = [{"w": jax.random.normal(k[2 + i], (3, 4)), "b": jax.random.normal(k[2 + i], (4,))} for i in range(2)]
     return params, grads
 
 

@@ -10,8 +10,7 @@ from normjax.train.schedules import SCHEDULES, learning_rate
 
 
 def hp(**kw):
-    base = dict(lr=1e-3, warmup_steps=100.0, warmup_init_lr=0.0, total_steps=1000.0, end_lr=0.0,
-                d_model=512.0)
+    base = dict(lr=1e-3, warmup_steps=100.0, warmup_init_lr=0.0, total_steps=1000.0, end_lr=0.0, d_model=512.0)
     return base | kw
 
 
@@ -35,8 +34,9 @@ def test_inverse_sqrt_warmup_init_lr():
 
 
 def test_warmup_zero_starts_at_the_peak():
-    np.testing.assert_allclose(lr_at("inverse_sqrt", [0, 1, 4, 100], warmup_steps=0.0),
-                               [1e-3, 1e-3, 5e-4, 1e-4], rtol=1e-6)
+    np.testing.assert_allclose(
+        lr_at("inverse_sqrt", [0, 1, 4, 100], warmup_steps=0.0), [1e-3, 1e-3, 5e-4, 1e-4], rtol=1e-6
+    )
     for kind in ("constant", "cosine", "linear"):
         assert lr_at(kind, [0], warmup_steps=0.0)[0] == pytest.approx(1e-3, rel=1e-6)
 
@@ -52,13 +52,13 @@ def test_noam_peak_for_d512_at_4000():
 def test_cosine_matches_optax_with_decay_steps_counting_warmup():
     ref = optax.warmup_cosine_decay_schedule(0.0, 1e-3, 100, decay_steps=1000, end_value=1e-5)
     steps = [0, 1, 50, 99, 100, 101, 500, 999, 1000, 1500]
-    np.testing.assert_allclose(lr_at("cosine", steps, end_lr=1e-5), [ref(s) for s in steps],
-                               rtol=1e-5, atol=1e-12)
+    np.testing.assert_allclose(lr_at("cosine", steps, end_lr=1e-5), [ref(s) for s in steps], rtol=1e-5, atol=1e-12)
 
 
 def test_linear_and_constant():
-    np.testing.assert_allclose(lr_at("linear", [100, 550, 1000, 2000], end_lr=1e-4),
-                               [1e-3, 5.5e-4, 1e-4, 1e-4], rtol=1e-6)
+    np.testing.assert_allclose(
+        lr_at("linear", [100, 550, 1000, 2000], end_lr=1e-4), [1e-3, 5.5e-4, 1e-4, 1e-4], rtol=1e-6
+    )
     np.testing.assert_allclose(lr_at("constant", [0, 50, 100, 10**6]), [0, 5e-4, 1e-3, 1e-3], rtol=1e-6)
 
 

@@ -81,11 +81,20 @@ print("OK")
 
 
 def test_sharded_and_vmapped_steps_match_the_single_device_step(tiny_overrides):
-    overrides = tiny_overrides | {"model.dtype": "float64", "model.param_dtype": "float64",
-                                  "train.batch_size": 16, "train.optimizer": "sgd"}
-    env = os.environ | {"JAX_PLATFORMS": "cpu",
-                        "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    out = subprocess.run([sys.executable, "-c", f"OVERRIDES = {overrides!r}\n{SCRIPT}"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=300)
+    overrides = tiny_overrides | {
+        "model.dtype": "float64",
+        "model.param_dtype": "float64",
+        "train.batch_size": 16,
+        "train.optimizer": "sgd",
+    }
+    env = os.environ | {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    out = subprocess.run(
+        [sys.executable, "-c", f"OVERRIDES = {overrides!r}\n{SCRIPT}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().endswith("OK")

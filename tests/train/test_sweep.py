@@ -18,8 +18,7 @@ def test_expand_is_the_cartesian_product_and_validates_every_run(tiny):
     runs = expand(_grid(tiny, {"model.placement": ["post", "pre"], "train.lr": [1e-3, 2e-3, 4e-3]}))
     assert [r.name for r in runs][:2] == ["placement=post,lr=0.001", "placement=post,lr=0.002"]
     assert len({r.name for r in runs}) == 6
-    assert [(r.run.model["placement"], r.run.train.lr) for r in runs[-2:]] == [("pre", 2e-3),
-                                                                               ("pre", 4e-3)]
+    assert [(r.run.model["placement"], r.run.train.lr) for r in runs[-2:]] == [("pre", 2e-3), ("pre", 4e-3)]
     with pytest.raises(ConfigError, match="config.train.lrr"):
         expand(_grid(tiny, {"train.lrr": [1.0]}))
     with pytest.raises(ConfigError, match="config.train.schedule"):
@@ -38,8 +37,15 @@ def test_parse_shard():
 def test_runs_sharing_shapes_share_one_compiled_step(tmp_path, tiny):
     # a shape no other test uses (d_ff 24), so the cache count below is this sweep's alone
     axes = {"train.lr": [1e-3, 3e-3], "train.warmup_steps": [0, 5], "train.seed": [0, 1]}
-    config = _grid(tiny, axes, model__d_ff=24, train__num_steps=10, train__eval_every=10,
-                   train__bleu_examples=0, train__checkpoint_every=10)
+    config = _grid(
+        tiny,
+        axes,
+        model__d_ff=24,
+        train__num_steps=10,
+        train__eval_every=10,
+        train__bleu_examples=0,
+        train__checkpoint_every=10,
+    )
     runs = expand(config)
     fns = compiled()
     before = fns.train._cache_size(), fns.eval._cache_size()
@@ -54,8 +60,14 @@ def test_runs_sharing_shapes_share_one_compiled_step(tmp_path, tiny):
 
 
 def test_shards_split_the_grid(tmp_path, tiny):
-    config = _grid(tiny, {"train.lr": [1e-3, 2e-3, 3e-3]}, train__num_steps=10, train__eval_every=10,
-                   train__bleu_examples=0, train__checkpoint_every=10)
+    config = _grid(
+        tiny,
+        {"train.lr": [1e-3, 2e-3, 3e-3]},
+        train__num_steps=10,
+        train__eval_every=10,
+        train__bleu_examples=0,
+        train__checkpoint_every=10,
+    )
     runs = expand(config)
     result = run_sweep(runs, str(tmp_path), shard=(1, 2), progress=False)
     assert [r["status"] for r in result["runs"]] == ["pending", "done", "pending"]
@@ -65,8 +77,15 @@ def test_shards_split_the_grid(tmp_path, tiny):
 
 def test_vmapped_sweep_trains_a_group_with_one_compiled_step(tmp_path, tiny):
     axes = {"train.lr": [1e-3, 3e-3, 1e-2], "train.seed": [0, 1]}
-    config = _grid(tiny, axes, model__d_ff=40, train__num_steps=10, train__eval_every=10,
-                   train__bleu_examples=0, train__checkpoint_every=10)
+    config = _grid(
+        tiny,
+        axes,
+        model__d_ff=40,
+        train__num_steps=10,
+        train__eval_every=10,
+        train__bleu_examples=0,
+        train__checkpoint_every=10,
+    )
     runs = expand(config)
     fns = compiled()
     before = fns.vtrain._cache_size()
