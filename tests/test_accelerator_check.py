@@ -1,0 +1,61 @@
+"""scripts/accelerator_check.sh --size=tiny end to end on the CPU: every phase runs and lands in the JSON and table."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "accelerator_check.sh"
+
+
+def _run(*args, **kwargs):
+    env = os.environ | {"PYTHON": sys.executable, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, **kwargs)
+
+
+@pytest.mark.slow
+def test_tiny_check_writes_every_phase(tmp_path):
+    out = tmp_path / "out"
+    proc = _run("--size=tiny", f"--out={out}", f"--workdir={tmp_path / 'work'}", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "accelerator_check.json").read_text())
+    assert report["machine"]["backend"] == "cpu"
+    phases = report["phases"]
+    assert {name: p["status"] for name, p in phases.items()} == dict.fromkeys(("train_step", "sweep", "ablation"), "ok")
+
+    impls = ["normjax", "normjax_scan"] + (["seed", "torch"] if importlib.util.find_spec("torch") else [])
+    cases = sorted((r["placement"], r["impl"]) for r in phases["train_step"]["rows"])
+    assert cases == sorted((p, i) for p in ("post", "pre") for i in impls)
+    if "torch" not in impls:
+        assert "torch not installed" in phases["train_step"]["note"]
+
+    sweep = {r["mode"]: r for r in phases["sweep"]["rows"]}
+    assert list(sweep) == ["plain", "engine"]
+    assert (sweep["plain"]["compiles"], sweep["engine"]["compiles"]) == (2, 1)  # 2 runs; the engine shares one step
+
+    cells = phases["ablation"]["rows"]
+    assert len(cells) == 12  # the :paper grid: 2 placements x 2 lrs x 3 warmups
+    done = [(c["placement"], c["lr"], c["warmup"], c["steps"]) for c in cells if c["outcome"] == "ok"]
+    assert done == [("post", 5e-4, 0, 4)]  # --shard=0/12 trains the first cell only
+    assert all(c["outcome"] == "not run" for c in cells[1:])
+
+    table = (out / "accelerator_check.md").read_text()
+    for name in ("train_step", "sweep", "ablation"):
+        assert f"| {name} | ok |" in table
+    assert sum(line.startswith("| 32/2/64 |") for line in table.splitlines()) == len(cases)
+    assert sum(line.startswith(("| plain |", "| engine |")) for line in table.splitlines()) == 2
+    assert sum(line.startswith(("| post |", "| pre |")) for line in table.splitlines()) == 12
+    assert sorted(os.listdir(out / "logs")) == ["ablation.log", "probe.log", "sweep.log", "train_step.log"]
+
+
+def test_a_used_workdir_is_refused(tmp_path):
+    (tmp_path / "old_run").mkdir()
+    proc = _run("--size=tiny", f"--out={tmp_path / 'out'}", f"--workdir={tmp_path}", timeout=120)
+    assert proc.returncode != 0
+    assert "is not empty" in proc.stderr
+    assert not (tmp_path / "out").exists()
