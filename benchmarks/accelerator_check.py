@@ -28,7 +28,6 @@ Exit status 1 when the probe or any phase failed or timed out.
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -139,9 +138,8 @@ def run_process(args: list[str], log_path: str, timeout_s: float, env: dict | No
     """Runs `python args` with its output in log_path; ("ok" | "failed (exit N)" | "timed out", seconds)."""
     start = time.perf_counter()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
-        )
+        # same session as the check: whatever ends the check (a job limit, Ctrl-C) also ends the phase
+        proc = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             rc = proc.wait(timeout=max(timeout_s, 1.0))
         except subprocess.TimeoutExpired:
@@ -151,12 +149,12 @@ def run_process(args: list[str], log_path: str, timeout_s: float, env: dict | No
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the phase's own process group, SIGKILL if it is still there 10 s later."""
-    os.killpg(proc.pid, signal.SIGTERM)
+    """SIGTERM to the phase's process, SIGKILL if it is still there 10 s later."""
+    proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
         proc.wait()
 
 

@@ -59,3 +59,14 @@ def test_a_used_workdir_is_refused(tmp_path):
     assert proc.returncode != 0
     assert "is not empty" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_phase_out_of_time_is_reported_not_lost(tmp_path):
+    out = tmp_path / "out"
+    proc = _run("--size=tiny", f"--out={out}", "--phases=sweep", "--budget_s=2", timeout=300)
+    assert proc.returncode == 1
+    report = json.loads((out / "accelerator_check.json").read_text())
+    assert list(report["phases"]) == ["sweep"]
+    assert report["phases"]["sweep"]["status"] == "timed out after 2 s"
+    assert report["phases"]["sweep"]["rows"] == []
+    assert "| sweep | timed out after 2 s |" in (out / "accelerator_check.md").read_text()

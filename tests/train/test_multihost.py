@@ -62,7 +62,12 @@ def test_two_processes_train_like_one_process_with_two_devices(tmp_path):
     port = _free_port()
     hosts = [_train(tmp_path / "hosts", _srun_env(rank, port), "--distributed") for rank in (0, 1)]
     single = _train(tmp_path / "single", {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
-    outputs = [proc.communicate(timeout=600)[0] for proc in [*hosts, single]]
+    try:
+        outputs = [proc.communicate(timeout=600)[0] for proc in [*hosts, single]]
+    finally:  # a process that died leaves its peer waiting for it: end ours, by their ids
+        for proc in [*hosts, single]:
+            if proc.poll() is None:
+                proc.kill()
     for proc, out in zip([*hosts, single], outputs, strict=True):
         assert proc.returncode == 0, out[-3000:]
     # Each process builds the global batch and feeds its half of the rows; the gradient mean over 2 devices is

@@ -62,8 +62,13 @@ def test_shards_in_one_folder_merge_into_the_unsharded_results(tmp_path):
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     # array indices 3..4: shard 0/2 and 1/2, running at the same time on one folder; beside them a 1-task array
     procs = [_array_task(sharded, task, 2, config, first=3) for task in (3, 4)] + [_array_task(single, 0, 1, config)]
-    for proc in procs:
-        _wait(proc)
+    try:
+        for proc in procs:
+            _wait(proc)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
     merged, reference = read_json(sharded / "results.json"), read_json(single / "results.json")
     assert merged["config"] == reference["config"]
     assert merged["results"] == reference["results"]  # curves, finals, verdicts: equal, not just close
