@@ -42,7 +42,7 @@ def test_tiny_check_writes_every_phase(tmp_path):
     assert len(cells) == 12  # the :paper grid: 2 placements x 2 lrs x 3 warmups
     done = [(c["placement"], c["lr"], c["warmup"], c["steps"]) for c in cells if c["outcome"] == "ok"]
     assert done == [("post", 5e-4, 0, 4)]  # --shard=0/12 trains the first cell only
-    assert all(c["outcome"] == "not run" for c in cells[1:])
+    assert all(c["outcome"] == "not done" for c in cells[1:])
 
     table = (out / "accelerator_check.md").read_text()
     for name in ("train_step", "sweep", "ablation"):
