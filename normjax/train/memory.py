@@ -1,0 +1,73 @@
+"""Will a model fit: a lower bound on its parameter, optimizer and activation memory, checked before allocating."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+
+import normjax
+from normjax.train.batching import BatchSpec
+from normjax.train.config_io import ConfigError, sequence_length
+
+
+def param_count(cfg: normjax.ModelConfig) -> int:
+    """Weight matrices and embeddings of `cfg` (biases and norm gains left out: a lower bound)."""
+    d, f = cfg.d_model, cfg.d_ff
+    embed = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+    embed += cfg.max_len * d if cfg.pos_encoding == "learned" else 0
+    layers = {stack: cfg.stack_depth(stack) * (4 * d * d + 2 * d * f) for stack in cfg.stacks}
+    cross = 4 * d * d * cfg.decoder_layers if cfg.arch == "encoder_decoder" else 0
+    return embed + sum(layers.values()) + cross
+
+
+def estimate_bytes(cfg: normjax.ModelConfig, rows: int, seq_len: int, training: bool = True) -> dict:
+    """A lower bound on the memory of one step: {"params", "activations", "total"} in bytes.
+
+    Training holds params, gradients and two Adam moments; the backward pass keeps, per layer, the
+    residual stream, the FFN hidden layer and the attention probabilities; the logits are kept once.
+    """
+    width = np.dtype(cfg.param_dtype).itemsize if cfg.param_dtype != "bfloat16" else 2
+    act_width = np.dtype(cfg.dtype).itemsize if cfg.dtype != "bfloat16" else 2
+    params = param_count(cfg) * width * (4 if training else 1)
+    tokens = rows * seq_len
+    layers = sum(cfg.stack_depth(s) for s in cfg.stacks)
+    per_layer = tokens * (cfg.d_model + cfg.d_ff) + rows * cfg.num_heads * seq_len * seq_len
+    activations = act_width * ((layers if training else 1) * per_layer + tokens * cfg.vocab_size)
+    return {"params": params, "activations": activations, "total": params + activations}
+
+
+def available_bytes() -> int:
+    """The first device's memory limit (accelerators), else the machine's physical memory."""
+    stats = jax.local_devices()[0].memory_stats() or {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits(cfg: normjax.ModelConfig, rows: int, seq_len: int, training: bool = True, available: int = 0) -> None:
+    """Raises ConfigError with the estimate and the memory when even the lower bound does not fit.
+
+    Args:
+      cfg: the model.
+      rows, seq_len: the batch shape of one step.
+      training: count gradients, Adam moments and the activations kept for the backward pass.
+      available: bytes to compare with (0 = `available_bytes()`).
+    """
+    need = estimate_bytes(cfg, rows, seq_len, training)
+    have = available or available_bytes()
+    if need["total"] > have:
+        gib = lambda b: f"{b / 2**30:.1f} GiB"
+        raise ConfigError(
+            f"the model does not fit: it needs at least {gib(need['total'])} ({gib(need['params'])} of parameters"
+            f"{' and optimizer state' if training else ''}, {gib(need['activations'])} of activations for a "
+            f"{rows}x{seq_len} batch) but {jax.local_devices()[0].platform} memory is {gib(have)}; "
+            "reduce the model or the batch"
+        )
+
+
+def check_run_fits(run, cfg: normjax.ModelConfig) -> None:
+    """check_fits for a training run's model and largest batch."""
+    seq_len = sequence_length(run.data)
+    check_fits(cfg, BatchSpec(run.train.batch_size, run.train.max_tokens).rows(seq_len), seq_len, training=True)
