@@ -132,12 +132,17 @@ def check_workdir(path: str) -> None:
 
 @contextlib.contextmanager
 def progress_bars(enabled: bool):
-    """With enabled=False every tqdm bar of the run (library and studies) starts disabled."""
+    """With enabled=False every tqdm bar of the run (library and studies, whatever they pass) is disabled."""
     if enabled:
         yield
         return
     init = tqdm.std.tqdm.__init__
-    tqdm.std.tqdm.__init__ = functools.partialmethod(init, disable=True)
+
+    @functools.wraps(init)
+    def disabled(self, *args, **kwargs):
+        init(self, *args, **(kwargs | {"disable": True}))
+
+    tqdm.std.tqdm.__init__ = disabled
     try:
         yield
     finally:
