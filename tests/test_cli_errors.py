@@ -7,7 +7,9 @@ import pathlib
 import subprocess
 import sys
 
+import jax.numpy as jnp
 import pytest
+from flax import nnx
 
 import normjax
 from normjax.experiments import common
@@ -211,3 +213,10 @@ def test_a_cli_runs_from_another_directory(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "hidden_norms" / "results.json").is_file()
     assert "model/s" not in proc.stderr and "it/s" not in proc.stderr  # --progress=false: no bars
+
+
+@pytest.mark.parametrize("shape", [(5,), (1, 9), (0, 4), (2, 0)])
+def test_token_shapes_the_model_cannot_take_are_named(shape):
+    model = normjax.Transformer(normjax.ModelConfig(max_len=8, d_model=16, d_ff=32, num_layers=1), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=rf"got shape \({shape[0]},"):
+        model(jnp.zeros(shape, jnp.int32))
