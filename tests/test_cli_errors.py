@@ -36,8 +36,10 @@ BYTES_LM = ["--config.data.task=bytes_lm", "--config.model.arch=decoder"]
 
 
 def _cli(name: str, args: list[str], workdir) -> int:
+    """The CLI `name` in this process ("{no_workdir}" in args: no --workdir flag)."""
     exp = importlib.import_module(f"normjax.experiments.{name}").EXPERIMENT
-    return common.run_cli(exp, ["prog", f"--workdir={workdir}", *args])
+    workdir = [] if "{no_workdir}" in args else [f"--workdir={workdir}"]
+    return common.run_cli(exp, ["prog", *workdir, *[a for a in args if a != "{no_workdir}"]])
 
 
 def _corpus(tmp_path, files: int, text: str) -> str:
@@ -69,6 +71,7 @@ CASES = [
     ("train", ["--config=experiments/configs/train.py:huge"], ["unknown preset 'huge'"]),
     ("train", ["extra"], ["unexpected arguments: extra"]),
     ("train", ["--workdir="], ["--workdir is empty"]),
+    ("train", ["{no_workdir}"], ["--workdir is required"]),
     ("train", ["--workdir={file}"], ["is a file"]),
     ("train", ["--workdir={file}/run"], ["which is a file"]),
     ("train", ["--config.data.task=iwslt14", "--config.data.path={tmp}"], ["config.data.path"]),

@@ -110,12 +110,14 @@ def parse_argv(exp: Experiment, fv: flags.FlagValues, argv: list[str]) -> list[s
     return cli.parse_flags(argv, fv)
 
 
-def check_workdir(path: str) -> None:
+def check_workdir(path: str | None) -> None:
     """An output folder that exists or can be made: not empty, not a file, not under a file, writable.
 
     Raises:
       ConfigError: naming the folder and the problem.
     """
+    if path is None:
+        raise ConfigError("--workdir is required: the output folder")
     if not path:
         raise ConfigError("--workdir is empty; give the output folder")
     full = os.path.abspath(path)
