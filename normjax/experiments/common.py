@@ -30,8 +30,8 @@ STUDY, TRAIN, SWEEP = "study", "train", "sweep"
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """One CLI. `validate(config, num_devices)` raises ConfigError or returns the resolved config (a dict);
-    `run(config, args)` does the work once everything is checked."""
+    """One CLI. `validate(args, num_devices)` raises ConfigError (or DataError) or returns the resolved
+    config (a JSON-able dict); `run(args)` does the work once everything is checked."""
 
     name: str
     kind: str  # STUDY: WORKDIR/<name>/ with results.json; TRAIN: one run folder; SWEEP: a grid's folder

@@ -130,10 +130,14 @@ SCHEMAS: dict[str, dict] = {
 SCHEMAS["ln_jacobian"] = SCHEMAS["hidden_norms"] | dict(num_check_tokens=POS, gamma_noise=Spec(float, lo=0.0))
 
 
-def _check_section(prefix: str, values: dict, schema: dict) -> None:
+def _check_unknown(prefix: str, values: dict, valid) -> None:
     for key in values:
-        if key not in schema:
-            raise ConfigError(f"unknown key {prefix}.{key}{did_you_mean(key, schema)}; valid keys: {', '.join(schema)}")
+        if key not in valid:
+            raise ConfigError(f"unknown key {prefix}.{key}{did_you_mean(key, valid)}; valid keys: {', '.join(valid)}")
+
+
+def _check_section(prefix: str, values: dict, schema: dict) -> None:
+    _check_unknown(prefix, values, schema)
     for key, spec in schema.items():
         if key not in values:
             raise ConfigError(f"{prefix}.{key} is missing from the config file")
@@ -172,7 +176,7 @@ def _cross_checks(name: str, values: dict) -> None:
     """Rules between keys (model sizes, lengths, windows); the per-key rules come first."""
     if name == "diagnose":
         fields = [f.name for f in dataclasses.fields(normjax.ModelConfig)]
-        _check_section("config.model", values["model"], dict.fromkeys(fields))
+        _check_unknown("config.model", values["model"], fields)  # missing fields take ModelConfig's defaults
         try:
             cfg = normjax.ModelConfig(**values["model"])
         except (TypeError, ValueError) as e:
