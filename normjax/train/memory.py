@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import jax
-import numpy as np
+import jax.numpy as jnp
 
 import normjax
 from normjax.train.batching import BatchSpec
@@ -22,18 +22,19 @@ def param_count(cfg: normjax.ModelConfig) -> int:
     return embed + sum(layers.values()) + cross
 
 
-def estimate_bytes(cfg: normjax.ModelConfig, rows: int, seq_len: int, training: bool = True) -> dict:
+def estimate_bytes(cfg: normjax.ModelConfig, rows: int, seq_len: int, training: bool = True, moments: int = 2) -> dict:
     """A lower bound on the memory of one step: {"params", "activations", "total"} in bytes.
 
-    Training holds params, gradients and two Adam moments; the backward pass keeps, per layer, the
-    residual stream, the FFN hidden layer and the attention probabilities; the logits are kept once.
+    Training holds params, gradients and `moments` optimizer moments per parameter (Adam 2); the backward
+    pass keeps, per layer, the residual stream, the FFN hidden layer and the attention probabilities
+    (with `remat` only the residual stream); the logits are kept once.
     """
-    width = np.dtype(cfg.param_dtype).itemsize if cfg.param_dtype != "bfloat16" else 2
-    act_width = np.dtype(cfg.dtype).itemsize if cfg.dtype != "bfloat16" else 2
-    params = param_count(cfg) * width * (4 if training else 1)
+    width, act_width = jnp.dtype(cfg.param_dtype).itemsize, jnp.dtype(cfg.dtype).itemsize
+    params = param_count(cfg) * width * (2 + moments if training else 1)
     tokens = rows * seq_len
     layers = sum(cfg.stack_depth(s) for s in cfg.stacks)
     per_layer = tokens * (cfg.d_model + cfg.d_ff) + rows * cfg.num_heads * seq_len * seq_len
+    per_layer = tokens * cfg.d_model if cfg.remat else per_layer
     activations = act_width * ((layers if training else 1) * per_layer + tokens * cfg.vocab_size)
     return {"params": params, "activations": activations, "total": params + activations}
 
@@ -46,16 +47,19 @@ def available_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_fits(cfg: normjax.ModelConfig, rows: int, seq_len: int, training: bool = True, available: int = 0) -> None:
+def check_fits(
+    cfg: normjax.ModelConfig, rows: int, seq_len: int, training: bool = True, available: int = 0, moments: int = 2
+) -> None:
     """Raises ConfigError with the estimate and the memory when even the lower bound does not fit.
 
     Args:
       cfg: the model.
       rows, seq_len: the batch shape of one step.
-      training: count gradients, Adam moments and the activations kept for the backward pass.
+      training: count gradients, optimizer moments and the activations kept for the backward pass.
       available: bytes to compare with (0 = `available_bytes()`).
+      moments: optimizer moments per parameter (Adam 2, SGD with momentum 1).
     """
-    need = estimate_bytes(cfg, rows, seq_len, training)
+    need = estimate_bytes(cfg, rows, seq_len, training, moments)
     have = available or available_bytes()
     if need["total"] > have:
         gib = lambda b: f"{b / 2**30:.1f} GiB"
@@ -70,4 +74,6 @@ def check_fits(cfg: normjax.ModelConfig, rows: int, seq_len: int, training: bool
 def check_run_fits(run, cfg: normjax.ModelConfig) -> None:
     """check_fits for a training run's model and largest batch."""
     seq_len = sequence_length(run.data)
-    check_fits(cfg, BatchSpec(run.train.batch_size, run.train.max_tokens).rows(seq_len), seq_len, training=True)
+    t = run.train
+    moments = (1 if t.momentum > 0 else 0) if t.optimizer == "sgd" else 2
+    check_fits(cfg, BatchSpec(t.batch_size, t.max_tokens).rows(seq_len), seq_len, training=True, moments=moments)
