@@ -88,6 +88,7 @@ CASES = [
     ("diagnose", ["--workdir="], ["--workdir is empty"]),
     ("diagnose", [*HUGE[:2], "--config.model.num_heads=8", "--config.batch_size=4096"], ["does not fit"]),
     ("hidden_norms", ["--config.settings=../../../../escape_hn"], ["config.settings[0]", "theory, real"]),
+    ("hidden_norms", ["--config.settings=('../../../../escape_hn',)"], ["config.settings[0]", "theory, real"]),
     ("hidden_norms", ["--config.placements=post,bogus"], ["config.placements[1]='bogus'"]),
     ("hidden_norms", ["--config.num_seeds=0"], ["config.num_seeds=0"]),
     ("hidden_norms", ["--config.d_model=130"], ["num_heads=4", "d_model=130"]),
