@@ -1,4 +1,4 @@
-"""Experiments: thin absl mains, one per figure or claim; presets in configs/."""
+"""Repository shims: `python -m experiments.<name>` runs the packaged CLI `normjax.experiments.<name>`."""
 
 import os
 

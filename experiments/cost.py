@@ -1,12 +1,6 @@
-"""Train-step time, memory, parameters and FLOPs per placement at equal size (claim S6).
+"""`python -m experiments.cost` in the repository: runs `python -m normjax.experiments.cost`."""
 
-python -m experiments.cost --config=experiments/configs/cost.py:quick --workdir=results
-"""
-
-from experiments import common
-from normjax.studies import cost
-
-_CONFIG = common.define_config("cost")
+import runpy
 
 if __name__ == "__main__":
-    common.run_main("cost", _CONFIG, cost)
+    runpy.run_module("normjax.experiments.cost", run_name="__main__", alter_sys=True)

@@ -1,12 +1,6 @@
-"""Residual-stream and norm-input norms at init, theory vs real model (claims X3, S4, R4).
+"""`python -m experiments.hidden_norms` in the repository: runs `python -m normjax.experiments.hidden_norms`."""
 
-python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:quick --workdir=results
-"""
-
-from experiments import common
-from normjax.studies import hidden_norms
-
-_CONFIG = common.define_config("hidden_norms")
+import runpy
 
 if __name__ == "__main__":
-    common.run_main("hidden_norms", _CONFIG, hidden_norms)
+    runpy.run_module("normjax.experiments.hidden_norms", run_name="__main__", alter_sys=True)

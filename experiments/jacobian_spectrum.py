@@ -1,12 +1,6 @@
-"""Input-output Jacobian spectra and per-block norms at init (claims R1, R2, S3, S7).
+"""`python -m experiments.jacobian_spectrum` in the repository runs `normjax.experiments.jacobian_spectrum`."""
 
-python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_spectrum.py:quick --workdir=results
-"""
-
-from experiments import common
-from normjax.studies import jacobian_spectrum
-
-_CONFIG = common.define_config("jacobian_spectrum")
+import runpy
 
 if __name__ == "__main__":
-    common.run_main("jacobian_spectrum", _CONFIG, jacobian_spectrum)
+    runpy.run_module("normjax.experiments.jacobian_spectrum", run_name="__main__", alter_sys=True)

@@ -1,36 +1,6 @@
-"""Runs one training job and writes config.json, metrics.jsonl, summary.json and checkpoints.
+"""`python -m experiments.train` in the repository: runs `python -m normjax.experiments.train`."""
 
-  python -m experiments.train --config=experiments/configs/train.py:quick --workdir=/tmp/run \
-      [--config.train.lr=1e-3] [--distributed]
-
-Rerunning with the same --workdir resumes from the last checkpoint (or does nothing once finished).
-"""
-
-import json
-
-from absl import app, flags, logging
-from ml_collections import config_flags
-
-from normjax import train
-
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", "experiments/configs/train.py:quick", "Config file and preset.", lock_config=True
-)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output folder of the run.", required=True)
-_DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first.")
-_PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
-
-
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.WARNING)
-    num_devices = train.setup_devices(_DISTRIBUTED.value)
-    with train.exit_on_config_error():
-        run = train.parse(_CONFIG.value, num_devices)
-        summary = train.run_job(run, _WORKDIR.value, progress=_PROGRESS.value)
-    print(json.dumps(summary, indent=2, sort_keys=True))
-
+import runpy
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=train.parse_flags)
+    runpy.run_module("normjax.experiments.train", run_name="__main__", alter_sys=True)

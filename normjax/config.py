@@ -40,6 +40,19 @@ def _check_choice(field: str, value, choices):
         _fail(field, value, f"valid choices are {', '.join(map(repr, choices))}")
 
 
+def _check_number(field: str, value, lo: float, lo_open: bool = False, hi: float | None = None, expected: str = ""):
+    """A finite int or float (never a bool) in [lo, hi], or (lo, hi] with lo_open."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > lo if lo_open else value >= lo) and (hi is None or value <= hi)
+    if not ok:
+        _fail(field, value, expected)
+
+
+def _check_bool(field: str, value, allow_none: bool = False):
+    if not (isinstance(value, bool) or (allow_none and value is None)):
+        _fail(field, value, "must be True or False" + (" (or None for auto)" if allow_none else ""))
+
+
 def _check_positive_int(field: str, value):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         _fail(field, value, "must be a positive integer")
@@ -106,18 +119,22 @@ class ModelConfig:
         _check_choice("branch_scaling", self.branch_scaling, BRANCH_SCALINGS)
         _check_choice("dtype", self.dtype, DTYPES)
         _check_choice("param_dtype", self.param_dtype, DTYPES)
-        if not (isinstance(self.norm_eps, int | float) and self.norm_eps >= 0):
-            _fail("norm_eps", self.norm_eps, "must be a number >= 0")
-        if not (isinstance(self.dropout, int | float) and 0 <= self.dropout < 1):
+        _check_number("norm_eps", self.norm_eps, 0.0, expected="must be a finite number >= 0")
+        _check_number("dropout", self.dropout, 0.0, hi=1.0, expected="must be in [0, 1)")
+        if self.dropout == 1:
             _fail("dropout", self.dropout, "must be in [0, 1)")
-        if not 0 <= self.mixln_fraction <= 1:
-            _fail("mixln_fraction", self.mixln_fraction, "must be in [0, 1]")
+        _check_number("mixln_fraction", self.mixln_fraction, 0.0, hi=1.0, expected="must be in [0, 1]")
         for name in ("deepnorm_alpha", "deepnorm_beta", "admin_omega", "dyt_alpha"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, int | float) and value > 0):
-                _fail(name, value, "must be a positive number (or None for the paper value)")
-        if self.layerscale_init is not None and self.layerscale_init < 0:
-            _fail("layerscale_init", self.layerscale_init, "must be >= 0 (or None for CaiT's rule)")
+            if value is not None:
+                _check_number(
+                    name, value, 0.0, lo_open=True, expected="must be a finite positive number (or None: paper)"
+                )
+        if self.layerscale_init is not None:
+            _check_number("layerscale_init", self.layerscale_init, 0.0, expected="must be finite and >= 0 (or None)")
+        for name in ("tie_embeddings", "scan_layers", "remat", "theory", "rezero_per_sublayer"):
+            _check_bool(name, getattr(self, name))
+        _check_bool("final_norm", self.final_norm, allow_none=True)
         if self.theory and self.num_heads != 1:
             _fail("num_heads", self.num_heads, "theory=True is Xiong et al.'s single-head setting; use 1")
         if self.scan_layers:

@@ -47,7 +47,13 @@ class Embedder(nnx.Module):
             self.positions = nnx.Variable(jnp.asarray(sinusoidal_positions(cfg.max_len, d), pdt))
 
     def __call__(self, tokens_BT, key=None):
-        T = tokens_BT.shape[1]
+        shape, max_len = jnp.shape(tokens_BT), self.positions.shape[0]
+        if len(shape) != 2 or 0 in shape or shape[1] > max_len:  # static shapes: checked under jit too
+            raise ValueError(
+                f"tokens must be (batch, length) with batch, length >= 1 and length <= max_len={max_len}; "
+                f"got shape {shape}"
+            )
+        T = shape[1]
         x = self.table(tokens_BT) * self.scale
         x = x + self.positions[:T].astype(x.dtype)
         return dropout(x, self.dropout_rate, key)

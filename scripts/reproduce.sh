@@ -14,15 +14,15 @@ start=$(date +%s)
 n=${#experiments[@]}
 for i in "${!experiments[@]}"; do
   name=${experiments[$i]}
-  if [ ! -f "experiments/$name.py" ]; then
+  if [ ! -f "normjax/experiments/$name.py" ]; then
     echo "[$((i + 1))/$n] $name: not in this checkout, skipped"
     continue
   fi
   echo "[$((i + 1))/$n] $name ($preset preset, $(( $(date +%s) - start )) s elapsed)"
   if [ "$name" = warmup_ablation ]; then  # its --workdir is the sweep folder itself
-    python -m "experiments.$name" --config="experiments/configs/$name.py:$preset" --workdir="$workdir/$name"
+    python -m "experiments.$name" --config="normjax/experiments/configs/$name.py:$preset" --workdir="$workdir/$name"
   else
-    python -m "experiments.$name" --config="experiments/configs/$name.py:$preset" --workdir="$workdir"
+    python -m "experiments.$name" --config="normjax/experiments/configs/$name.py:$preset" --workdir="$workdir"
   fi
 done
 python scripts/report.py --workdir="$workdir"

@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 
+from normjax.train.data_text import DataError
 from normjax.train.vocab import BOS, EOS, PAD
 
 
@@ -47,7 +48,10 @@ class Seq2SeqBatches:
         self._cached_plan: tuple[int | None, list] = (None, [])
         self.batches_per_epoch = len(self._plan(0))
         if self.batches_per_epoch == 0:
-            raise ValueError("data: no sequence fits the buckets; raise data.max_len or data.buckets")
+            raise DataError(
+                f"none of the {len(pairs)} sequence pairs fits config.data.max_len={max(spec.buckets)} "
+                "(or every one is empty); raise config.data.max_len"
+            )
 
     def _plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
         if self._cached_plan[0] != epoch:
@@ -100,13 +104,18 @@ class LMBatches:
     """
 
     def __init__(self, stream: np.ndarray, seq_len: int, spec: BatchSpec, seed: int = 0, shuffle: bool = True):
+        if np.ndim(stream) != 1:
+            raise DataError(f"an LM token stream must be 1-D, got shape {np.shape(stream)}")
         self.stream, self.seq_len, self.seed, self.shuffle = stream, seq_len, seed, shuffle
         self.rows = spec.rows(seq_len)
         self.num_chunks = (len(stream) - 1 - (seq_len if shuffle else 0)) // seq_len
         per_epoch = self.num_chunks // self.rows if shuffle else -(-self.num_chunks // self.rows)
         self.batches_per_epoch = per_epoch
         if per_epoch <= 0:
-            raise ValueError(f"data: the corpus ({len(stream)} tokens) is shorter than one batch")
+            raise DataError(
+                f"the corpus split ({len(stream)} tokens) is shorter than one batch of {self.rows} x {seq_len} "
+                "tokens; add text (config.data.path, config.data.max_bytes) or shrink the batch"
+            )
 
     def batch(self, pos: int) -> dict[str, np.ndarray]:
         epoch, i = divmod(pos, self.batches_per_epoch)

@@ -1,8 +1,11 @@
 """Experiment configs: defaults, validation into typed dataclasses, errors before any compute."""
 
 import dataclasses
+import difflib
+import hashlib
 import math
 import os
+import re
 import types
 import typing
 from typing import Any
@@ -60,37 +63,30 @@ def as_dict(config) -> dict:
     return {k: dict(v) if isinstance(v, dict | types.MappingProxyType) else v for k, v in config.items()}
 
 
+def did_you_mean(key: str, valid) -> str:
+    """' (did you mean "x"?)' for the closest valid name, or ''."""
+    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
 def _check_keys(section: str, values: dict, valid) -> None:
     unknown = sorted(set(values) - set(valid))
     if unknown:
-        raise ConfigError(f"unknown key config.{section}.{unknown[0]}; valid keys: {', '.join(valid)}")
+        key = f"config.{section}.{unknown[0]}" if section else f"config.{unknown[0]}"
+        raise ConfigError(f"unknown key {key}{did_you_mean(unknown[0], valid)}; valid keys: {', '.join(valid)}")
 
 
 def _build(cls, section: str, values: dict):
-    """cls(**values) after type coercion and the range / choice checks in the fields' metadata."""
+    """cls(**values) after each field's Spec check (type, finite, range, choices)."""
     names = [f.name for f in dataclasses.fields(cls)]
     _check_keys(section, values, names)
     out = {}
     for field in dataclasses.fields(cls):
-        key, value, meta = (
-            f"config.{section}.{field.name}",
-            values.get(field.name, field.default),
-            field.metadata,
-        )
-        if field.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if field.type is tuple and isinstance(value, list):
-            value = tuple(value)
-        if not isinstance(value, field.type) or (field.type is int and isinstance(value, bool)):
-            raise ConfigError(f"{key}={value!r} must be of type {field.type.__name__}")
-        if meta.get("choices") and value not in meta["choices"]:
-            raise ConfigError(f"{key}={value!r} is invalid; valid choices: {', '.join(meta['choices'])}")
-        lo, hi = meta.get("lo"), meta.get("hi")
-        if lo is not None and (value < lo or (meta["lo_open"] and value == lo)):
-            raise ConfigError(f"{key}={value!r} is invalid: must be {'>' if meta['lo_open'] else '>='} {lo}")
-        if hi is not None and value >= hi:
-            raise ConfigError(f"{key}={value!r} is invalid: must be < {hi}")
-        out[field.name] = value
+        key, value = f"config.{section}.{field.name}", values.get(field.name, field.default)
+        try:
+            out[field.name] = field.metadata["spec"].check(key, value)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     return cls(**out)
 
 
@@ -101,7 +97,7 @@ def parse(config, num_devices: int = 1) -> RunConfig:
       ConfigError: naming the offending key (and the valid choices or keys).
     """
     values = as_dict(config)
-    _check_keys("<top>", values, SECTIONS)
+    _check_keys("", values, SECTIONS)
     data = _build(DataConfig, "data", values.get("data", {}))
     train = _build(TrainConfig, "train", values.get("train", {}))
     model = _model_defaults() | dict(values.get("model", {}))
@@ -121,6 +117,11 @@ def parse(config, num_devices: int = 1) -> RunConfig:
         raise ConfigError(
             f"config.train.checkpoint_every={train.checkpoint_every} must be a multiple of "
             f"config.train.log_every={train.log_every} (so resumed logs match)"
+        )
+    if train.warmup_steps > train.num_steps:
+        raise ConfigError(
+            f"config.train.warmup_steps={train.warmup_steps} is longer than the run "
+            f"(config.train.num_steps={train.num_steps})"
         )
     if train.max_tokens == 0 and train.batch_size % num_devices:
         raise ConfigError(f"config.train.batch_size={train.batch_size} is not divisible by the {num_devices} devices")
@@ -178,10 +179,26 @@ def set_path(values: dict, dotted: str, value: Any) -> dict:
     defaults = as_dict(default_config())
     if section not in SECTIONS[:3] or key not in defaults[section]:
         valid = [f"{s}.{k}" for s in SECTIONS[:3] for k in defaults[s]]
-        raise ConfigError(f"unknown key config.{dotted}; valid keys: {', '.join(valid)}")
+        raise ConfigError(f"unknown key config.{dotted}{did_you_mean(dotted, valid)}; valid keys: {', '.join(valid)}")
     out = {s: dict(v) for s, v in values.items()}
     out.setdefault(section, {})[key] = value
     return out
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")
+
+
+def path_component(text: str) -> str:
+    """`text` as one folder name that stays inside its parent folder.
+
+    Characters other than letters, digits and `._=,+-` become `_`, a leading `.` gets a `_` before it,
+    and when anything changed (or the name is long) a hash of `text` keeps distinct texts apart.
+    """
+    safe = _UNSAFE.sub("_", text)
+    safe = "_" + safe if safe.startswith(".") or not safe else safe
+    if safe != text or len(safe) > 120:
+        safe = f"{safe[:100]}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+    return safe
 
 
 def sweep_axes(axes: dict) -> ml_collections.ConfigDict:

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 
 from normjax.train.optimizers import OPTIMIZERS
 from normjax.train.schedules import SCHEDULES
@@ -9,23 +10,69 @@ from normjax.train.schedules import SCHEDULES
 TASKS = ("synthetic", "bytes_lm", "iwslt14")
 
 
-def _f(default, lo=None, hi=None, choices=None, lo_open=False):
-    """A dataclass field with its valid range / choices (checked by `_build`)."""
-    return dataclasses.field(default=default, metadata=dict(lo=lo, hi=hi, choices=choices, lo_open=lo_open))
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What one config value may be: its type, a range (numbers) or choices; tuples check every item.
+
+    `kind` is bool, int, float, str or tuple (then `item` is the items' Spec; `choices` of a str are
+    a closed set). Numbers must be finite; an int is accepted for a float; a bool is never a number.
+    """
+
+    kind: type
+    lo: float | None = None
+    hi: float | None = None  # exclusive
+    lo_open: bool = False
+    choices: tuple | None = None
+    item: "Spec | None" = None
+    nonempty: bool = True  # tuples
+
+    def check(self, key: str, value):
+        """The value, coerced (int -> float, list -> tuple); raises ValueError naming `key` if invalid."""
+        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if self.kind is tuple and isinstance(value, list):
+            value = tuple(value)
+        if not isinstance(value, self.kind) or (self.kind in (int, float) and isinstance(value, bool)):
+            raise ValueError(f"{key}={value!r} must be of type {self.kind.__name__}")
+        if self.kind is float and not math.isfinite(value):
+            raise ValueError(f"{key}={value!r} is invalid: must be a finite number")
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"{key}={value!r} is invalid; valid choices: {', '.join(map(str, self.choices))}")
+        if self.lo is not None and (value < self.lo or (self.lo_open and value == self.lo)):
+            raise ValueError(f"{key}={value!r} is invalid: must be {'>' if self.lo_open else '>='} {self.lo}")
+        if self.hi is not None and value >= self.hi:
+            raise ValueError(f"{key}={value!r} is invalid: must be < {self.hi}")
+        if self.kind is tuple:
+            if self.nonempty and not value:
+                raise ValueError(f"{key}=() is invalid: must not be empty")
+            if self.item is not None:
+                value = tuple(self.item.check(f"{key}[{i}]", v) for i, v in enumerate(value))
+        return value
+
+
+def _f(default, lo=None, hi=None, choices=None, lo_open=False, kind=None):
+    """A dataclass field with its Spec (type, valid range / choices) as metadata["spec"]."""
+    kind = kind or type(default)
+    spec = Spec(kind, lo=lo, hi=hi, lo_open=lo_open, choices=choices)
+    return dataclasses.field(default=default, metadata={"spec": spec})
+
+
+_BUCKETS = Spec(tuple, item=Spec(int, lo=2), nonempty=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     task: str = _f("synthetic", choices=TASKS)
-    path: str = ""  # iwslt14: folder of {train,valid,test}.{de,en}; bytes_lm: text folder ("" = stdlib)
+    path: str = _f("")  # iwslt14: folder of {train,valid,test}.{de,en}; bytes_lm: text folder ("" = stdlib)
     max_len: int = _f(32, lo=2)  # longest sequence kept (eos included); the largest bucket
-    buckets: tuple = ()  # extra, smaller padded lengths (each its own compiled shape)
+    # extra, smaller padded lengths (each its own compiled shape)
+    buckets: tuple = dataclasses.field(default=(), metadata={"spec": _BUCKETS})
     seq_len: int = _f(128, lo=2)  # bytes_lm chunk length
     max_bytes: int = _f(4_000_000, lo=1)
-    suffix: str = ".py"
+    suffix: str = _f(".py")
     min_count: int = _f(1, lo=1)  # iwslt14 vocabulary
-    src_lang: str = "de"
-    tgt_lang: str = "en"
+    src_lang: str = _f("de")
+    tgt_lang: str = _f("en")
     num_train: int = _f(50_000, lo=1)  # synthetic
     num_valid: int = _f(500, lo=1)
     num_test: int = _f(500, lo=1)
@@ -40,7 +87,7 @@ class TrainConfig:
     b2: float = _f(0.98, lo=0.0, hi=1.0)
     eps: float = _f(1e-9, lo=0.0, lo_open=True)
     momentum: float = _f(0.9, lo=0.0, hi=1.0)
-    nesterov: bool = False
+    nesterov: bool = _f(False)
     weight_decay: float = _f(0.0, lo=0.0)
     lr: float = _f(5e-4, lo=0.0, lo_open=True)
     schedule: str = _f("inverse_sqrt", choices=SCHEDULES)
@@ -63,7 +110,7 @@ class TrainConfig:
     divergence_patience: int = _f(20, lo=1)
     divergence_check_every: int = _f(10, lo=1)
     diag_every: int = _f(0, lo=0)  # 0 = no per-layer diagnostics
-    tensorboard: bool = False
+    tensorboard: bool = _f(False)
 
 
 @dataclasses.dataclass(frozen=True)

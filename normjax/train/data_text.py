@@ -12,6 +12,10 @@ BYTE_OFFSET = len(SPECIALS)  # byte b has id b + BYTE_OFFSET
 IWSLT_FILES = tuple(f"{split}.{lang}" for split in ("train", "valid", "test") for lang in ("de", "en"))
 
 
+class DataError(ValueError):
+    """Data that cannot be trained on; the message names the folder, file or setting."""
+
+
 def stdlib_dir() -> str:
     """The Python standard library's source directory (the default byte-LM corpus)."""
     return sysconfig.get_paths().get("stdlib") or os.path.dirname(os.__file__)
@@ -38,9 +42,15 @@ def load_byte_corpus(
     Returns:
       {"train": int32 ids, "valid": int32 ids}.
     """
-    files = _corpus_files(directory or stdlib_dir(), suffix)
-    if not files:
-        raise ValueError(f"data.path: no *{suffix} files under {directory or stdlib_dir()!r}")
+    root = directory or stdlib_dir()
+    if not os.path.isdir(root):
+        raise DataError(f"config.data.path={root!r} is not a folder")
+    files = _corpus_files(root, suffix)
+    if len(files) < 2:
+        raise DataError(
+            f"config.data.path={root!r} holds {len(files)} *{suffix} file(s) (config.data.suffix); "
+            "bytes_lm needs at least 2 (one for validation)"
+        )
     parts: dict[str, list[np.ndarray]] = {"train": [], "valid": []}
     total = 0
     for i, path in enumerate(files):
@@ -76,7 +86,9 @@ def load_parallel(directory: str, src_lang: str = "de", tgt_lang: str = "en", mi
         src = read_lines(os.path.join(directory, f"{split}.{src_lang}"))
         tgt = read_lines(os.path.join(directory, f"{split}.{tgt_lang}"))
         if len(src) != len(tgt):
-            raise ValueError(f"{split}.{src_lang} has {len(src)} lines but {split}.{tgt_lang} {len(tgt)}")
+            raise DataError(
+                f"{os.path.join(directory, split)}.{src_lang} has {len(src)} lines but .{tgt_lang} has {len(tgt)}"
+            )
         lines[split] = (src, tgt)
     vocab = Vocab.from_corpus(lines["train"][0] + lines["train"][1], min_count=min_count)
     splits = {

@@ -7,7 +7,7 @@ import os
 from tqdm.auto import tqdm
 
 from normjax.train import records
-from normjax.train.config_io import ConfigError, RunConfig, as_dict, parse, set_path
+from normjax.train.config_io import ConfigError, RunConfig, as_dict, parse, path_component, set_path
 from normjax.train.config_schema import shape_key
 from normjax.train.loop import run_group, run_job
 
@@ -46,7 +46,7 @@ def expand(config, num_devices: int = 1) -> list[SweepRun]:
         merged = base
         for key, value in overrides.items():
             merged = set_path(merged, key, value)
-        name = ",".join(f"{k.split('.')[-1]}={_fmt(v)}" for k, v in overrides.items()) or "run"
+        name = path_component(",".join(f"{k.split('.')[-1]}={_fmt(v)}" for k, v in overrides.items()) or "run")
         out.append(SweepRun(name, overrides, parse(merged, num_devices)))
     return out
 

@@ -35,7 +35,7 @@ def test_choices_and_unknown_keys_are_listed(tiny):
         parse(tiny(train__optimizer="lion"))
     config = tiny()
     config["train"]["lrr"] = 1.0
-    with pytest.raises(ConfigError, match=r"unknown key config\.train\.lrr; valid keys: .*lr"):
+    with pytest.raises(ConfigError, match=r"unknown key config\.train\.lrr \(did you mean .lr.\?\); valid keys: .*lr"):
         parse(config)
     with pytest.raises(ConfigError, match=r"config\.train\.batch_size=12 is not divisible"):
         parse(tiny(train__batch_size=12), num_devices=8)

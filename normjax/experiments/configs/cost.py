@@ -5,7 +5,7 @@ python -m experiments.cost --config=experiments/configs/cost.py:quick --workdir=
 
 import ml_collections
 
-from experiments.common import preset
+from normjax.experiments.configs import preset
 
 
 def _base():

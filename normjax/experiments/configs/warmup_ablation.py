@@ -13,7 +13,7 @@ paper: Xiong et al.'s Fig. 2 grid on IWSLT14 De-En, lr {5e-4, 1e-3} x warmup {0,
 inverse-sqrt decay (see train.py:paper for the model and optimizer).
 """
 
-from experiments.configs.train import paper_scale
+from normjax.experiments.configs.train import paper_scale
 from normjax.train.config_io import default_config, sweep_axes
 
 

@@ -5,7 +5,7 @@ python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_sp
 
 import ml_collections
 
-from experiments.common import preset
+from normjax.experiments.configs import preset
 
 
 def _base():

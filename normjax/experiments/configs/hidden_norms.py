@@ -5,7 +5,7 @@ python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:
 
 import ml_collections
 
-from experiments.common import preset
+from normjax.experiments.configs import preset
 
 
 def _base():

@@ -5,7 +5,7 @@ python -m experiments.amplification --config=experiments/configs/amplification.p
 
 import ml_collections
 
-from experiments.common import preset
+from normjax.experiments.configs import preset
 
 
 def _base():

@@ -5,7 +5,7 @@ python -m experiments.grad_norms_at_init --config=experiments/configs/grad_norms
 
 import ml_collections
 
-from experiments.common import preset
+from normjax.experiments.configs import preset
 
 
 def _base():

@@ -5,7 +5,7 @@ python -m experiments.depth_scaling --config=experiments/configs/depth_scaling.p
 
 import ml_collections
 
-from experiments.common import preset
+from normjax.experiments.configs import preset
 
 
 def _base():

@@ -3,8 +3,7 @@
 python -m experiments.ln_jacobian --config=experiments/configs/ln_jacobian.py:quick
 """
 
-from experiments.common import preset
-from experiments.configs import hidden_norms
+from normjax.experiments.configs import hidden_norms, preset
 
 
 def _base():

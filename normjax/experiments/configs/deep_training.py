@@ -5,7 +5,7 @@ python -m experiments.deep_training --config=experiments/configs/deep_training.p
 
 import ml_collections
 
-from experiments.common import preset
+from normjax.experiments.configs import preset
 
 
 def _base():

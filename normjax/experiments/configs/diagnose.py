@@ -9,7 +9,7 @@ import dataclasses
 import ml_collections
 
 import normjax
-from experiments.common import preset
+from normjax.experiments.configs import preset
 from normjax.train import default_config
 
 

@@ -1,0 +1,1 @@
+"""The experiment CLIs: `python -m normjax.experiments.<name>` (in the repository also `experiments.<name>`)."""

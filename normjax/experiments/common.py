@@ -1,0 +1,211 @@
+"""What every experiment main shares: flags, config loading, validation before any write, the run.
+
+Every main accepts --config (a file, default the packaged quick preset), --config.<key>=<value> overrides,
+--workdir, --print_config (validate, print the resolved config as JSON, write nothing, exit 0) and
+--progress. Any bad value, file or folder ends the program with one `config error: ...` line and
+exit status 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+
+import tqdm.std
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from normjax.experiments import configs, schemas
+from normjax.studies import runner
+from normjax.train import cli, memory
+from normjax.train.config_io import ConfigError
+
+STUDY, TRAIN, SWEEP = "study", "train", "sweep"
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One CLI. `validate(args, num_devices)` raises ConfigError (or DataError) or returns the resolved
+    config (a JSON-able dict); `run(args)` does the work once everything is checked."""
+
+    name: str
+    kind: str  # STUDY: WORKDIR/<name>/ with results.json; TRAIN: one run folder; SWEEP: a grid's folder
+    validate: Callable
+    run: Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The parsed flags (`config` with the overrides applied)."""
+
+    config: object
+    overrides: tuple[str, ...]  # dotted keys set by --config.<key>=...
+    workdir: str
+    progress: bool
+    force: bool = False
+    shard: str = "0/1"
+    distributed: bool = False
+
+
+def resolve_config_path(spec: str) -> str:
+    """`--config` as given when that file exists, else the packaged file of the same name when the path
+    names a `configs/` folder (so `experiments/configs/<name>.py:quick` works from any directory).
+
+    Raises:
+      ConfigError: neither exists.
+    """
+    path, sep, arg = spec.partition(":")
+    if os.path.isfile(path):
+        return spec
+    packaged = configs.path(os.path.splitext(os.path.basename(path))[0])
+    if os.path.basename(os.path.dirname(path)) in ("configs", "") and os.path.isfile(packaged):
+        return packaged + sep + arg
+    raise ConfigError(f"--config file {path!r} not found (relative to {os.getcwd()}; presets: {configs.CONFIG_DIR})")
+
+
+def _rewrite_config_arg(argv: list[str]) -> tuple[list[str], str | None]:
+    """argv with every --config=<file> resolved; the last one (None when absent)."""
+    out, spec = [], None
+    for i, arg in enumerate(argv):
+        if arg.startswith(("--config=", "-config=")):
+            spec = resolve_config_path(arg.split("=", 1)[1])
+            arg = f"--config={spec}"
+        elif arg in ("--config", "-config") and i + 1 < len(argv):
+            raise ConfigError("write --config=<file>[:preset] (with '=')")
+        out.append(arg)
+    return out, spec
+
+
+def define_flags(exp: Experiment, argv: list[str], fv: flags.FlagValues, default_spec: str) -> None:
+    """The flags of `exp` on `fv` (config_flags reads the --config.* overrides to register from argv)."""
+    config_flags.DEFINE_config_file(
+        "config", default_spec, f"Config file and preset (:quick or :paper) of {exp.name}.", flag_values=fv,
+        lock_config=True, sys_argv=argv,
+    )  # fmt: skip
+    default_workdir = "results" if exp.kind == STUDY else None
+    where = {STUDY: "results go to WORKDIR/<name>/", TRAIN: "the run's folder", SWEEP: "the sweep's folder"}
+    flags.DEFINE_string("workdir", default_workdir, f"Output folder: {where[exp.kind]}.", flag_values=fv)
+    flags.DEFINE_bool("print_config", False, "Validate, print the resolved config, write nothing.", flag_values=fv)
+    flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=fv)
+    if exp.kind == STUDY:
+        flags.DEFINE_bool("force", False, "Recompute even if WORKDIR/<name>/results.json is current.", flag_values=fv)
+    else:
+        flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first.", flag_values=fv)
+    if exp.kind == SWEEP:
+        flags.DEFINE_string("shard", "0/1", "i/n: run only every n-th run, starting at run i.", flag_values=fv)
+
+
+def parse_argv(exp: Experiment, fv: flags.FlagValues, argv: list[str]) -> list[str]:
+    """Defines and parses the flags; any config error prints one line and exits with status 2."""
+    with cli.exit_on_config_error():
+        argv, spec = _rewrite_config_arg(list(argv))
+        default_spec = f"{configs.path(exp.name)}:quick"
+        argv = cli.check_overrides(argv, cli.load_config(spec or default_spec))
+        define_flags(exp, argv, fv, default_spec)
+    return cli.parse_flags(argv, fv)
+
+
+def check_workdir(path: str | None) -> None:
+    """An output folder that exists or can be made: not empty, not a file, not under a file, writable.
+
+    Raises:
+      ConfigError: naming the folder and the problem.
+    """
+    if path is None:
+        raise ConfigError("--workdir is required: the output folder")
+    if not path:
+        raise ConfigError("--workdir is empty; give the output folder")
+    full = os.path.abspath(path)
+    if os.path.exists(full) and not os.path.isdir(full):
+        raise ConfigError(f"--workdir={path!r} is a file, not a folder")
+    parent = full
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"--workdir={path!r} is under {parent!r}, which is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--workdir={path!r}: {parent!r} is not writable")
+
+
+@contextlib.contextmanager
+def progress_bars(enabled: bool):
+    """With enabled=False every tqdm bar of the run (library and studies, whatever they pass) is disabled."""
+    if enabled:
+        yield
+        return
+    init = tqdm.std.tqdm.__init__
+
+    @functools.wraps(init)
+    def disabled(self, *args, **kwargs):
+        init(self, *args, **(kwargs | {"disable": True}))
+
+    tqdm.std.tqdm.__init__ = disabled
+    try:
+        yield
+    finally:
+        tqdm.std.tqdm.__init__ = init
+
+
+def _args(exp: Experiment, fv: flags.FlagValues, argv: list[str]) -> Args:
+    overrides = tuple(k for k in map(cli.override_key, argv) if k)
+    extra = dict(force=fv.force) if exp.kind == STUDY else dict(distributed=fv.distributed)
+    extra |= dict(shard=fv.shard) if exp.kind == SWEEP else {}
+    return Args(fv.config, overrides, fv.workdir, fv.progress, **extra)
+
+
+def main(exp: Experiment, fv: flags.FlagValues, argv: list[str], full_argv: list[str]) -> None:
+    """Validate, then --print_config or check the workdir and run; config errors exit with status 2."""
+    logging.set_verbosity(logging.WARNING)
+    with cli.exit_on_config_error():
+        if len(argv) > 1:
+            raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
+        args = _args(exp, fv, full_argv)
+        num_devices = cli.setup_devices(args.distributed)
+        resolved = exp.validate(args, num_devices)
+        if fv.print_config:
+            print(json.dumps(resolved, indent=2, default=str))
+            return
+        check_workdir(args.workdir)
+        if exp.kind == STUDY:
+            check_workdir(os.path.join(args.workdir, exp.name))
+        with progress_bars(args.progress):
+            exp.run(args)
+
+
+def launch(exp: Experiment) -> None:
+    """app.run the experiment on sys.argv (the `if __name__ == "__main__"` of every main)."""
+    argv = list(sys.argv)
+    app.run(lambda rest: main(exp, flags.FLAGS, rest, argv), flags_parser=lambda a: parse_argv(exp, flags.FLAGS, a))
+
+
+def study(name: str, module, after: Callable | None = None) -> Experiment:
+    """The Experiment of a normjax.studies module: its schema, a memory check, runner.run_study, then
+    `after(saved)` (e.g. printing a table)."""
+
+    def validate(args: Args, num_devices: int) -> dict:
+        schemas.validate(name, args.config)
+        memory.check_fits(*schemas.largest_model(name, args.config.to_dict()), training=name == "deep_training")
+        return args.config.to_dict()
+
+    def run(args: Args) -> None:
+        saved = runner.run_study(name, args.workdir, args.config, module.compute, module.plot, force=args.force)
+        if after is not None:
+            after(saved)
+
+    return Experiment(name, STUDY, validate, run)
+
+
+def run_cli(exp: Experiment, argv: list[str]) -> int:
+    """Runs the CLI in this process on fresh flags (for tests); returns its exit status."""
+    fv = flags.FlagValues()
+    try:
+        rest = parse_argv(exp, fv, argv)
+        main(exp, fv, rest, argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    return 0

@@ -1,0 +1,21 @@
+"""Per-layer stability table of any model at init: stream, norm inputs, Jacobians, gradients, warnings.
+
+  python -m experiments.diagnose --config=experiments/configs/diagnose.py:quick --workdir=results \
+      --config.model.placement=post --config.model.num_layers=12
+
+Writes WORKDIR/diagnose/results.json, table.md and diagnose.png, and prints the table. An invalid config
+prints one line naming the key and exits with status 2 before anything is written.
+"""
+
+from normjax.experiments import common
+from normjax.studies import diagnose, diagnose_report
+
+
+def _print_table(saved: dict) -> None:
+    print(diagnose_report.format_table(saved["results"]))
+
+
+EXPERIMENT = common.study("diagnose", diagnose, after=_print_table)
+
+if __name__ == "__main__":
+    common.launch(EXPERIMENT)

@@ -1,0 +1,225 @@
+"""Every study config key's type, range and choices, and the cross-key rules, checked before any compute."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import normjax
+from normjax.jacobian.spectral import METHODS
+from normjax.train.config_io import ConfigError, did_you_mean
+from normjax.train.config_schema import Spec
+from normjax.train.data_text import byte_vocab
+from normjax.train.optimizers import OPTIMIZERS
+
+POS = Spec(int, lo=1)  # sizes, counts, depths
+SEED = Spec(int, lo=0)
+POS_FLOAT = Spec(float, lo=0.0, lo_open=True)
+SETTINGS = ("theory", "real")  # Xiong et al.'s analysis setting, the real model
+
+
+def choices(*names: str) -> Spec:
+    """A non-empty tuple of names from `names`."""
+    return Spec(tuple, item=Spec(str, choices=names))
+
+
+PLACEMENTS = choices(*normjax.PLACEMENTS)
+DEPTHS = Spec(tuple, item=POS)
+_MODEL = dict(vocab_size=Spec(int, lo=2), d_model=POS, num_heads=POS, d_ff=POS)
+
+SCHEMAS: dict[str, dict] = {
+    "amplification": _MODEL
+    | dict(
+        placements=choices(*normjax.PLACEMENTS, "admin_profiled"),
+        depths=DEPTHS,
+        batch_size=POS,
+        seq_len=POS,
+        num_seeds=POS,
+        kinds=choices("random", "grad_sign"),
+        eps=dict(random=POS_FLOAT, grad_sign=POS_FLOAT),
+        scopes=choices("branch", "all"),
+    ),
+    "cost": _MODEL
+    | dict(
+        placements=PLACEMENTS,
+        reference=Spec(str, choices=normjax.PLACEMENTS),
+        num_layers=POS,
+        batch_size=POS,
+        seq_len=POS,
+        warmup_steps=SEED,
+        repeats=POS,
+        inner_steps=POS,
+        seed=SEED,
+    ),
+    "deep_training": dict(
+        runs=Spec(tuple, item=Spec(str)),
+        depths=DEPTHS,
+        side_runs=Spec(tuple, item=Spec(str), nonempty=False),
+        side_depths=Spec(tuple, item=POS, nonempty=False),
+        d_model=POS,
+        num_heads=POS,
+        d_ff=POS,
+        seq_len=POS,
+        batch_size=POS,
+        max_bytes=POS,
+        data_seed=SEED,
+        lr=POS_FLOAT,
+        num_steps=POS,
+        optimizer=Spec(str, choices=OPTIMIZERS),
+        b1=Spec(float, lo=0.0, hi=1.0),
+        b2=Spec(float, lo=0.0, hi=1.0),
+        eps=POS_FLOAT,
+        early_steps=POS,
+        update_lr=POS_FLOAT,
+        probe_every=POS,
+        final_window=POS,
+        divergence_factor=POS_FLOAT,
+        divergence_patience=POS,
+        divergence_check_every=POS,
+        seed=SEED,
+    ),
+    "depth_scaling": _MODEL
+    | dict(
+        placements=PLACEMENTS,
+        settings=choices(*SETTINGS),
+        depths=DEPTHS,
+        batch_size=POS,
+        seq_len=POS,
+        num_batches=POS,
+        num_seeds=POS,
+    ),
+    "diagnose": dict(
+        model=None,  # every ModelConfig field: checked by ModelConfig itself
+        batch_size=POS,
+        seq_len=POS,
+        num_batches=POS,
+        seed=SEED,
+        jacobian_method=Spec(str, choices=METHODS),
+        jacobian_seq_len=POS,
+        thresholds=dict(grad_ratio=POS_FLOAT, stream_growth=POS_FLOAT, ln_jacobian=POS_FLOAT, block_norm=POS_FLOAT),
+    ),
+    "grad_norms_at_init": _MODEL
+    | dict(
+        archs=choices("encoder_decoder", "encoder", "decoder"),
+        placements=PLACEMENTS,
+        num_layers=POS,
+        batch_size=POS,
+        seq_len=POS,
+        num_batches=POS,
+        num_seeds=POS,
+    ),
+    "hidden_norms": _MODEL
+    | dict(
+        placements=PLACEMENTS,
+        settings=choices(*SETTINGS),
+        num_layers=POS,
+        batch_size=POS,
+        seq_len=POS,
+        num_seeds=POS,
+    ),
+    "jacobian_spectrum": _MODEL
+    | dict(
+        placements=PLACEMENTS,
+        depths=DEPTHS,
+        seq_len=POS,
+        num_seeds=POS,
+        exact_max_n=POS,
+        top_k=POS,
+        resolution=Spec(float, lo=0.0, hi=1.0, lo_open=True),
+    ),
+}
+SCHEMAS["ln_jacobian"] = SCHEMAS["hidden_norms"] | dict(num_check_tokens=POS, gamma_noise=Spec(float, lo=0.0))
+
+
+def _check_unknown(prefix: str, values: dict, valid) -> None:
+    for key in values:
+        if key not in valid:
+            raise ConfigError(f"unknown key {prefix}.{key}{did_you_mean(key, valid)}; valid keys: {', '.join(valid)}")
+
+
+def _check_section(prefix: str, values: dict, schema: dict) -> None:
+    _check_unknown(prefix, values, schema)
+    for key, spec in schema.items():
+        if key not in values:
+            raise ConfigError(f"{prefix}.{key} is missing from the config file")
+        if isinstance(spec, dict):
+            if not isinstance(values[key], dict):
+                raise ConfigError(f"{prefix}.{key}={values[key]!r} must be a section with keys {', '.join(spec)}")
+            _check_section(f"{prefix}.{key}", values[key], spec)
+        elif spec is not None:
+            try:
+                spec.check(f"{prefix}.{key}", values[key])
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+
+
+def _model(values: dict, **fields) -> normjax.ModelConfig:
+    """A ModelConfig of the study's sizes (raises ConfigError naming the field)."""
+    sizes = {k: values[k] for k in ("vocab_size", "d_model", "num_heads", "d_ff") if k in values}
+    try:
+        return normjax.ModelConfig(**(sizes | fields))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config: {e}") from None
+
+
+def _check_runs(values: dict) -> None:
+    for key in ("runs", "side_runs"):
+        for run in values[key]:
+            placement, _, norm = run.partition(":")
+            if placement not in normjax.PLACEMENTS or (norm and norm not in normjax.NORMS):
+                raise ConfigError(
+                    f"config.{key} entry {run!r} is invalid: use '<placement>' or '<placement>:<norm>' with a "
+                    f"placement in {', '.join(normjax.PLACEMENTS)} and a norm in {', '.join(normjax.NORMS)}"
+                )
+
+
+def _cross_checks(name: str, values: dict) -> None:
+    """Rules between keys (model sizes, lengths, windows); the per-key rules come first."""
+    if name == "diagnose":
+        fields = [f.name for f in dataclasses.fields(normjax.ModelConfig)]
+        _check_unknown("config.model", values["model"], fields)  # missing fields take ModelConfig's defaults
+        try:
+            cfg = normjax.ModelConfig(**values["model"])
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"config.model: {e}") from None
+        if values["seq_len"] > cfg.max_len:
+            raise ConfigError(f"config.seq_len={values['seq_len']} is longer than config.model.max_len={cfg.max_len}")
+        if values["jacobian_seq_len"] > values["seq_len"]:
+            raise ConfigError(
+                f"config.jacobian_seq_len={values['jacobian_seq_len']} is longer than "
+                f"config.seq_len={values['seq_len']}"
+            )
+        return
+    if name == "deep_training":
+        _check_runs(values)
+        for key in ("early_steps", "final_window"):
+            if values[key] > values["num_steps"]:
+                raise ConfigError(
+                    f"config.{key}={values[key]} is longer than the run (config.num_steps={values['num_steps']})"
+                )
+    _model(values, num_layers=1, placement="pre", max_len=max(values.get("seq_len", 8), 8))
+    if name == "cost" and values["reference"] not in values["placements"]:
+        raise ConfigError(f"config.reference={values['reference']!r} must be one of config.placements")
+    if "theory" in values.get("settings", ()):
+        _model(values | {"num_heads": 1}, num_layers=1, placement="pre", theory=True)
+
+
+def validate(name: str, config) -> None:
+    """Checks a study's config: every key known and valid, every cross-key rule (before any compute).
+
+    Raises:
+      ConfigError: one line naming the key, the value and what is valid.
+    """
+    values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    _check_section("config", values, SCHEMAS[name])
+    _cross_checks(name, values)
+
+
+def largest_model(name: str, values: dict) -> tuple[normjax.ModelConfig, int, int]:
+    """(model, rows, seq_len) of the study's largest model and batch (for the memory check)."""
+    seq_len = values.get("seq_len", 8)
+    if name == "diagnose":
+        return normjax.ModelConfig(**values["model"]), values["batch_size"], seq_len
+    depths = tuple(values.get("depths", ())) + tuple(values.get("side_depths", ())) + (values.get("num_layers", 1),)
+    vocab = {"vocab_size": len(byte_vocab())}  # deep_training's byte LM
+    cfg = _model(vocab | values, arch="decoder", num_layers=max(depths), placement="pre", max_len=max(seq_len, 8))
+    return cfg, values.get("batch_size", 1), seq_len

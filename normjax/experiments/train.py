@@ -1,0 +1,34 @@
+"""Runs one training job and writes config.json, metrics.jsonl, summary.json and checkpoints.
+
+  python -m experiments.train --config=experiments/configs/train.py:quick --workdir=/tmp/run \
+      [--config.train.lr=1e-3] [--distributed] [--print_config]
+
+Rerunning with the same --workdir resumes from the last checkpoint (or does nothing once finished).
+"""
+
+import json
+
+import jax
+
+from normjax import train
+from normjax.experiments import common
+from normjax.train import job, memory
+
+
+def validate(args: common.Args, num_devices: int) -> dict:
+    """The config, data and memory checks of a run; returns what config.json will hold."""
+    run = train.parse(args.config, num_devices)
+    _, cfg = job.prepare(run, num_devices)
+    memory.check_run_fits(run, cfg)
+    return run.to_dict() | {"model": cfg.to_dict()}
+
+
+def run(args: common.Args) -> None:
+    summary = train.run_job(train.parse(args.config, jax.device_count()), args.workdir, progress=args.progress)
+    print(json.dumps(summary, indent=2, sort_keys=True))
+
+
+EXPERIMENT = common.Experiment("train", common.TRAIN, validate, run)
+
+if __name__ == "__main__":
+    common.launch(EXPERIMENT)

@@ -1,0 +1,61 @@
+"""Warmup ablation (claims S5, X7, X8, R7): the lr x warmup x placement grid, its figures and verdicts.
+
+  python -m experiments.warmup_ablation --config=experiments/configs/warmup_ablation.py:quick \
+      --workdir=results/warmup_ablation [--shard=0/2]
+
+DIR (--workdir) receives one subfolder per run, DIR/sweep.json, and once every run is done
+DIR/results.json with loss curves and heat maps. Rerunning skips finished runs and resumes unfinished
+ones from their last checkpoint; with --shard=i/n only every n-th run is trained, and the analysis runs
+when the last shard finds every run done. An override of a swept key (--config.train.lr=1e-3) replaces
+that axis by the one value.
+"""
+
+import sys
+
+from normjax import train
+from normjax.experiments import common
+from normjax.studies import runner, warmup_ablation
+from normjax.train import job, memory
+from normjax.train.config_io import ConfigError, as_dict
+
+AXES = ("model.placement", "train.lr", "train.warmup_steps")  # the heat maps' rows, columns and panels
+
+
+def grid(args: common.Args, note: bool = False):
+    """The config with every swept key that was overridden on the command line as a one-value axis."""
+    config = args.config.copy_and_resolve_references()
+    for key in sorted(set(args.overrides) & set(config.sweep.axes)):
+        section, _, name = key.partition(".")
+        value = config[section][name]
+        if note:
+            axis = config.sweep.axes[key]
+            print(f"note: --config.{key}={value!r} replaces the sweep axis {key}={axis}", file=sys.stderr)
+        config.sweep.axes[key] = [value]
+    return config
+
+
+def validate(args: common.Args, num_devices: int) -> dict:
+    """Every run of the grid checked (config, data, memory) and the axes the analysis needs."""
+    config = grid(args)
+    missing = [a for a in AXES if a not in config.sweep.axes]
+    if missing:
+        raise ConfigError(f"config.sweep.axes needs {', '.join(AXES)} for the heat maps; missing {', '.join(missing)}")
+    train.parse_shard(args.shard)
+    for r in train.expand(config, num_devices):
+        memory.check_run_fits(r.run, job.prepare(r.run, num_devices)[1])
+    return as_dict(config)
+
+
+def run(args: common.Args) -> None:
+    config = grid(args, note=True)
+    result = warmup_ablation.run_grid(config, args.workdir, train.parse_shard(args.shard), progress=args.progress)
+    print(train.format_table(result))
+    if all(r["status"] == "done" for r in result["runs"]):
+        study = warmup_ablation
+        runner.run_study("warmup_ablation", "", config, study.compute, study.plot, folder=args.workdir)
+
+
+EXPERIMENT = common.Experiment("warmup_ablation", common.SWEEP, validate, run)
+
+if __name__ == "__main__":
+    common.launch(EXPERIMENT)
