@@ -12,10 +12,11 @@ phase that fails or runs past its share of --budget_s is stopped, reported as su
               devices, not implementations.
   sweep       benchmarks.sweep: the 16-run lr x warmup grid, a plain re-jitting loop vs the sweep engine.
   ablation    experiments.warmup_ablation at the `:paper` preset (6-6 layers, d 512, FFN 1024, 4 heads,
-              4096-token batches; placement {post, pre} x lr {5e-4, 1e-3} x warmup {0, 500, 4000}), cut to
-              --ablation_steps per cell: IWSLT14 De-En when --iwslt holds the prepared files, else the synthetic
-              translation task at the same model, batch and bucket sizes (the note says which). A short run:
-              it exercises the path and measures speed; it is not the paper's 50k-update result.
+              4096-token batches; placement {post, pre} x lr {5e-4, 1e-3} x warmup {0, 500, 4000} scaled to
+              {0, steps/8, steps}), cut to --ablation_steps per cell: IWSLT14 De-En when --iwslt holds the
+              prepared files, else the synthetic translation task at the same model, batch and bucket sizes (the
+              note says which). A short run: it exercises the path and measures speed; it is not the paper's
+              50k-update result.
 --size=tiny shrinks every phase to seconds on a CPU (tests/test_accelerator_check.py runs it): d 16-32 models, a
 few steps, synthetic data, and only the first cell of the ablation grid (--shard=0/12).
 
@@ -127,11 +128,38 @@ def ablation_command(size: str, steps: int, iwslt: str, workdir: str) -> tuple[l
             "train.bleu_examples": 200,
             "train.diag_every": steps // 2,
         }
-        note = f":paper model and batches, {steps} steps per cell (not the 50k-update result), {data}"
+        warmups = f"{{0, {steps // 8}, {steps}}}"
+        note = f":paper model and batches, {steps} steps per cell, warmups {warmups} (not the 50k-update run), {data}"
     args = [f"--config.{key}={value}" for key, value in overrides.items()]
-    config = "--config=experiments/configs/warmup_ablation.py:paper"
+    config = f"--config={write_scaled_grid(steps if size != 'tiny' else overrides['train.num_steps'], workdir)}"
     command = ["-m", "experiments.warmup_ablation", config, f"--workdir={workdir}", f"--shard={shard}"]
     return [*command, "--progress=false", *args], note
+
+
+_SCALED_GRID = '''"""The :paper warmup ablation grid, warmup axis scaled to a {steps}-step run (accelerator_check)."""
+
+from normjax.experiments.configs.warmup_ablation import get_config as paper_config
+from normjax.train.config_io import sweep_axes
+
+
+def get_config(arg: str = "paper"):
+    config = paper_config("paper")
+    axes = {{key: list(values) for key, values in config.sweep.axes.items()}}
+    axes["train.warmup_steps"] = {warmups}
+    config.sweep.axes = sweep_axes(axes)
+    return config
+'''
+
+
+def write_scaled_grid(steps: int, workdir: str) -> str:
+    """A config file beside `workdir`: the :paper grid with warmups {0, 500, 4000} scaled so the longest equals
+    the short run (a warmup longer than the run is refused, and 4000 warmup steps do not fit the time budget)."""
+    warmups = [0, max(1, steps * 500 // 4000), steps]
+    path = f"{workdir.rstrip(os.sep)}_config.py"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(_SCALED_GRID.format(steps=steps, warmups=warmups))
+    return path
 
 
 def run_process(args: list[str], log_path: str, timeout_s: float, env: dict | None = None) -> tuple[str, float]:

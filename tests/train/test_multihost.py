@@ -24,6 +24,7 @@ TINY = {
     "model.num_layers": 1,
     "train.batch_size": 8,
     "train.num_steps": 4,
+    "train.warmup_steps": 2,
     "train.log_every": 2,
     "train.eval_every": 2,
     "train.checkpoint_every": 2,

@@ -27,7 +27,9 @@ def get_config(arg=""):
         batch_size=8, schedule="constant", num_steps=4, log_every=2, eval_every=4, checkpoint_every=4,
         bleu_examples=0, diag_every=0,
     )
-    config.sweep.axes = sweep_axes({"train.lr": [1e-3, 3e-3], "train.warmup_steps": [0, 2]})
+    config.sweep.axes = sweep_axes(
+        {"model.placement": ["pre"], "train.lr": [1e-3, 3e-3], "train.warmup_steps": [0, 2]}
+    )
     return config
 """
 
