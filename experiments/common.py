@@ -5,6 +5,7 @@ from __future__ import annotations
 from absl import app, flags
 from ml_collections import config_flags
 
+from normjax import train
 from normjax.studies import runner
 
 _WORKDIR = flags.DEFINE_string("workdir", "results", "Output root; results go to WORKDIR/<name>/.")
@@ -27,7 +28,8 @@ def run_main(name: str, config_flag, study) -> None:
     def main(argv):
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-        runner.run_study(name, _WORKDIR.value, config_flag.value, study.compute, study.plot, force=_FORCE.value)
+        with train.exit_on_config_error():
+            runner.run_study(name, _WORKDIR.value, config_flag.value, study.compute, study.plot, force=_FORCE.value)
 
     app.run(main)
 

@@ -12,6 +12,7 @@ import sys
 from absl import app, flags
 
 from experiments import common
+from normjax import train
 from normjax.studies import diagnose, diagnose_report, runner
 
 _CONFIG = common.define_config("diagnose")
@@ -26,9 +27,10 @@ def main(argv):
     except (TypeError, ValueError) as e:
         print(f"diagnose: invalid config.model: {e}", file=sys.stderr)
         sys.exit(2)
-    saved = runner.run_study(
-        "diagnose", flags.FLAGS.workdir, config, diagnose.compute, diagnose.plot, force=flags.FLAGS.force
-    )
+    with train.exit_on_config_error():
+        saved = runner.run_study(
+            "diagnose", flags.FLAGS.workdir, config, diagnose.compute, diagnose.plot, force=flags.FLAGS.force
+        )
     print(diagnose_report.format_table(saved["results"]))
 
 

@@ -3,7 +3,8 @@
   python -m experiments.train --config=experiments/configs/train.py:quick --workdir=/tmp/run \
       [--config.train.lr=1e-3] [--distributed]
 
-Rerunning with the same --workdir resumes from the last checkpoint (or does nothing once finished).
+Rerunning with the same --workdir resumes from the last intact checkpoint (or does nothing once finished);
+a workdir of another config is refused (exit 2, naming the keys) unless --force.
 """
 
 import json
@@ -19,6 +20,7 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder of the run.", required=True)
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+_FORCE = flags.DEFINE_bool("force", False, "Delete what --workdir holds of this run and train it from step 0.")
 
 
 def main(argv):
@@ -28,7 +30,7 @@ def main(argv):
     num_devices = train.setup_devices(_DISTRIBUTED.value)
     with train.exit_on_config_error():
         run = train.parse(_CONFIG.value, num_devices)
-        summary = train.run_job(run, _WORKDIR.value, progress=_PROGRESS.value)
+        summary = train.run_job(run, _WORKDIR.value, force=_FORCE.value, progress=_PROGRESS.value)
     print(json.dumps(summary, indent=2, sort_keys=True))
 
 

@@ -22,6 +22,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder of the sweep.", r
 _SHARD = flags.DEFINE_string("shard", "0/1", "i/n: run only every n-th run, starting at run i.")
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+_FORCE = flags.DEFINE_bool("force", False, "Retrain this shard's runs and recompute the analysis.")
 
 
 def main(argv):
@@ -31,12 +32,20 @@ def main(argv):
     train.setup_devices(_DISTRIBUTED.value)
     with train.exit_on_config_error():
         shard = train.parse_shard(_SHARD.value)
-        result = warmup_ablation.run_grid(_CONFIG.value, _WORKDIR.value, shard, progress=_PROGRESS.value)
-    print(train.format_table(result))
-    if all(run["status"] == "done" for run in result["runs"]):
-        runner.run_study(
-            "warmup_ablation", "", _CONFIG.value, warmup_ablation.compute, warmup_ablation.plot, folder=_WORKDIR.value
+        result = warmup_ablation.run_grid(
+            _CONFIG.value, _WORKDIR.value, shard, progress=_PROGRESS.value, force=_FORCE.value
         )
+        print(train.format_table(result))
+        if all(run["status"] == "done" for run in result["runs"]):
+            runner.run_study(
+                "warmup_ablation",
+                "",
+                _CONFIG.value,
+                warmup_ablation.compute,
+                warmup_ablation.plot,
+                force=_FORCE.value,
+                folder=_WORKDIR.value,
+            )
 
 
 if __name__ == "__main__":

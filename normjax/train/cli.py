@@ -6,6 +6,7 @@ import sys
 import jax
 from absl import flags
 
+from normjax.io import WorkdirError
 from normjax.train.config_io import ConfigError, as_dict, default_config
 
 
@@ -44,11 +45,15 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 @contextlib.contextmanager
 def exit_on_config_error():
-    """Turns a ConfigError into `config error: ...` on stderr and exit status 2 (no traceback)."""
+    """Turns a ConfigError into `config error: ...` and a WorkdirError (a busy workdir, a damaged file, a
+    full disk) into `error: ...` on stderr, with exit status 2 (no traceback)."""
     try:
         yield
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except WorkdirError as e:
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 
 
