@@ -35,21 +35,26 @@ def read_jsonl(path: str) -> list[dict]:
     return records
 
 
-def check_steps(path: str, records: list[dict], want: list[int]) -> None:
-    """Raises WorkdirError naming the file and line unless `records` hold exactly the steps `want`, in order."""
-    for number, (record, step) in enumerate(zip(records, want, strict=False), start=1):
-        if record["step"] < step:
-            problem = f"step {record['step']} again or out of order (two processes wrote this log?)"
-        elif record["step"] > step:
-            problem = f"step {record['step']} follows a gap: step {step} is missing (the log was cut or edited)"
-        else:
-            continue
-        raise WorkdirError(f"{path}:{number}: {problem}; restore the file, or rerun with --force to retrain")
-    if len(records) < len(want):
-        has = f"ends at step {records[-1]['step']}" if records else "is missing or empty"
+def check_steps(path: str, records: list[dict], last_step: int, want: list[int]) -> None:
+    """Raises WorkdirError naming the file and line unless the steps of `records` increase and those up to
+    `last_step` are exactly `want`."""
+    hint = "restore the file, or rerun with --force to retrain from step 0"
+    for number in range(1, len(records)):
+        if records[number]["step"] <= records[number - 1]["step"]:
+            raise WorkdirError(
+                f"{path}:{number + 1}: step {records[number]['step']} again or out of order (two processes wrote"
+                f" this log?); {hint}"
+            )
+    kept = [r["step"] for r in records if r["step"] <= last_step]
+    for number, (step, expected) in enumerate(zip(kept, want, strict=False), start=1):
+        if step != expected:
+            raise WorkdirError(
+                f"{path}:{number}: step {step} where step {expected} was expected (the log was cut or edited); {hint}"
+            )
+    if len(kept) != len(want):
+        has = f"ends at step {kept[-1]}" if kept else "is missing or empty"
         raise WorkdirError(
-            f"{path} {has} but the checkpoint needs records up to step {want[-1]} (the log was cut or deleted);"
-            " restore the file, or rerun with --force to retrain from step 0"
+            f"{path} {has} but the checkpoint needs records up to step {want[-1]} (the log was cut or deleted); {hint}"
         )
 
 
@@ -70,8 +75,8 @@ class MetricsLog:
           WorkdirError: naming the file and line of a damaged log, or the missing steps.
         """
         records = read_jsonl(self.path)
+        check_steps(self.path, records, last_step, want)
         kept = [r for r in records if r["step"] <= last_step]
-        check_steps(self.path, kept, want)
         torn = False
         if os.path.exists(self.path) and os.path.getsize(self.path):
             with open(self.path, "rb") as f:
