@@ -19,6 +19,10 @@ class WorkdirError(RuntimeError):
     """An output folder that cannot be used as it is (busy, a corrupt file, disk full); names the path."""
 
 
+class CorruptFileError(WorkdirError, ValueError):
+    """A file that is not what it should be (a ValueError too, like json's own errors); names the file."""
+
+
 def to_jsonable(value):
     """Numpy/JAX scalars and arrays to Python numbers and lists; non-finite floats to None."""
     if isinstance(value, dict):
@@ -89,13 +93,13 @@ def read_json(path: str):
     """The JSON content of `path`.
 
     Raises:
-      WorkdirError: naming the file when it is not valid JSON.
+      CorruptFileError: naming the file when it is not valid JSON.
     """
     try:
         with open(path, "rb") as f:
             return json.loads(f.read())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise WorkdirError(f"{path} is corrupt (not JSON: {e}); move it away or recompute it") from None
+        raise CorruptFileError(f"{path} is corrupt (not JSON: {e}); move it away or recompute it") from None
 
 
 def config_diff(saved, wanted, prefix: str = "") -> list[str]:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import jax
 
 from normjax.io import (
+    CorruptFileError,
     FolderLock,
-    WorkdirError,
     config_diff,
     describe_diff,
     read_json,
@@ -79,7 +79,7 @@ class StudyDir:
             return None
         saved = read_json(self.results_path)
         if not isinstance(saved, dict) or not {"config", "results"} <= set(saved):
-            raise WorkdirError(f"{self.results_path} is corrupt (no config or results); rerun with --force")
+            raise CorruptFileError(f"{self.results_path} is corrupt (no config or results); rerun with --force")
         self._check(self.results_path, saved["config"])
         return saved
 
@@ -108,7 +108,7 @@ class StudyDir:
         if os.path.exists(path):
             try:
                 return read_json(path)
-            except WorkdirError as e:
+            except CorruptFileError as e:
                 logging.warning("%s; computing it again", e)
         value = to_jsonable(compute())
         write_json(path, value)

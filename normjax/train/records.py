@@ -4,7 +4,7 @@ import json
 import logging
 import os
 
-from normjax.io import WorkdirError, disk_full, read_json, to_jsonable, write_json, write_text  # noqa: F401
+from normjax.io import CorruptFileError, disk_full, read_json, to_jsonable, write_json, write_text  # noqa: F401
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -13,7 +13,7 @@ def read_jsonl(path: str) -> list[dict]:
     Only a torn last line (no newline: the process died while appending it) is skipped.
 
     Raises:
-      WorkdirError: naming the file and line of any other line that is not such a record.
+      CorruptFileError: naming the file and line of any other line that is not such a record.
     """
     if not os.path.exists(path):
         return []
@@ -27,7 +27,7 @@ def read_jsonl(path: str) -> list[dict]:
         except (json.JSONDecodeError, UnicodeDecodeError):
             record = None
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            raise WorkdirError(
+            raise CorruptFileError(
                 f"{path}:{number}: not a metrics record ({line[:60]!r}); the log was damaged: restore the file,"
                 " or rerun with --force to retrain from step 0"
             )
@@ -36,24 +36,24 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 def check_steps(path: str, records: list[dict], last_step: int, want: list[int]) -> None:
-    """Raises WorkdirError naming the file and line unless the steps of `records` increase and those up to
+    """Raises CorruptFileError naming the file and line unless the steps of `records` increase and those up to
     `last_step` are exactly `want`."""
     hint = "restore the file, or rerun with --force to retrain from step 0"
     for number in range(1, len(records)):
         if records[number]["step"] <= records[number - 1]["step"]:
-            raise WorkdirError(
+            raise CorruptFileError(
                 f"{path}:{number + 1}: step {records[number]['step']} again or out of order (two processes wrote"
                 f" this log?); {hint}"
             )
     kept = [r["step"] for r in records if r["step"] <= last_step]
     for number, (step, expected) in enumerate(zip(kept, want, strict=False), start=1):
         if step != expected:
-            raise WorkdirError(
+            raise CorruptFileError(
                 f"{path}:{number}: step {step} where step {expected} was expected (the log was cut or edited); {hint}"
             )
     if len(kept) != len(want):
         has = f"ends at step {kept[-1]}" if kept else "is missing or empty"
-        raise WorkdirError(
+        raise CorruptFileError(
             f"{path} {has} but the checkpoint needs records up to step {want[-1]} (the log was cut or deleted); {hint}"
         )
 
@@ -72,7 +72,7 @@ class MetricsLog:
         last line is repaired; any other damage stops the run (nothing is deleted).
 
         Raises:
-          WorkdirError: naming the file and line of a damaged log, or the missing steps.
+          CorruptFileError: naming the file and line of a damaged log, or the missing steps.
         """
         records = read_jsonl(self.path)
         check_steps(self.path, records, last_step, want)
