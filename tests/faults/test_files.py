@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 
+import orbax.checkpoint as ocp
 import pytest
 from faults.fault_runs import ROOT, train
 
@@ -71,6 +72,18 @@ def test_disk_full_is_one_line_and_keeps_the_old_file(tmp_path, monkeypatch):
 def test_disk_full_on_the_metrics_log():
     with pytest.raises(io.WorkdirError, match=r"^disk full: writing /dev/full needs \d+ bytes"):
         MetricsLog("/dev/full").append({"step": 0, "train/loss": 1.0})
+
+
+def test_disk_full_on_a_checkpoint(tmp_path, monkeypatch):
+    def full(*args, **kwargs):  # what tensorstore raises when the disk is full
+        raise ValueError("Error writing local file: [OS error 28: No space left on device]")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", full)
+    folder = tmp_path / "run" / "checkpoints" / "10"
+    with pytest.raises(io.WorkdirError, match=rf"^disk full: writing {folder} needs \d+ bytes"):
+        train(tmp_path / "run")
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 10]  # the records before it are intact
 
 
 def test_results_and_logs_are_readable_by_the_group(killed):
