@@ -99,7 +99,7 @@ def read_json(path: str):
         with open(path, "rb") as f:
             return json.loads(f.read())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CorruptFileError(f"{path} is corrupt (not JSON: {e}); move it away or recompute it") from None
+        raise CorruptFileError(f"{path} is corrupt (not JSON: {e}); move it away, or rerun with --force") from None
 
 
 def config_diff(saved, wanted, prefix: str = "") -> list[str]:

@@ -71,20 +71,31 @@ def prepare(run: RunConfig, num_devices: int = 1) -> tuple[Task, normjax.ModelCo
     return task, model_config(run, len(task.vocab))
 
 
-def _config_errors(workdir: str, wanted: dict) -> list[str]:
-    """The differences between WORKDIR/config.json and `wanted` (model vocab_size/max_len 0: from the data)."""
-    saved = records.read_json(os.path.join(workdir, "config.json"))
-    wanted = records.to_jsonable(wanted)
-    if isinstance(saved, dict) and isinstance(saved.get("model"), dict):
-        for key in ("vocab_size", "max_len"):
-            if wanted["model"].get(key) == 0 and key in saved["model"]:
-                wanted["model"][key] = saved["model"][key]
-    return io.config_diff(saved, wanted)
+def _as_saved(run: RunConfig, saved) -> dict:
+    """`run`'s config as its config.json would hold it: vocab_size / max_len "from the data" (0) taken from
+    `saved` (the config.json found), the model fields normalized by ModelConfig."""
+    model, saved_model = dict(run.model), saved.get("model") if isinstance(saved, dict) else None
+    for key in ("vocab_size", "max_len"):
+        if not model[key] and isinstance(saved_model, dict) and isinstance(saved_model.get(key), int):
+            model[key] = saved_model[key]
+    with contextlib.suppress(TypeError, ValueError):  # left as it is when "from the data" is still unknown
+        model = normjax.ModelConfig(**model).to_dict()
+    return run.to_dict() | {"model": model}
 
 
-def check_config(workdir: str, wanted: dict) -> None:
-    """Raises ConfigError naming the differing keys when `workdir` holds a run of another config."""
-    if os.path.exists(os.path.join(workdir, "config.json")) and (diffs := _config_errors(workdir, wanted)):
+def check_config(workdir: str, wanted: dict | RunConfig) -> None:
+    """Raises ConfigError naming the differing keys when `workdir` holds a run of another config.
+
+    Args:
+      wanted: the resolved config (config.json's content), or a RunConfig whose model may take its vocab
+        size and max length from the data.
+    """
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        return
+    saved = records.read_json(path)
+    wanted = _as_saved(wanted, saved) if isinstance(wanted, RunConfig) else wanted
+    if diffs := io.config_diff(saved, wanted):
         raise ConfigError(
             f"{workdir} holds a run of another config ({io.describe_diff(diffs)}); rerun with --force to"
             " recompute it, or use another --workdir"
@@ -120,7 +131,7 @@ def finished_summary(workdir: str, run: RunConfig) -> dict | None:
     Raises:
       ConfigError: naming the differing keys when `workdir` holds a run of another config.
     """
-    check_config(workdir, run.to_dict())
+    check_config(workdir, run)
     if not os.path.exists(os.path.join(workdir, "config.json")):
         return None
     return read_summary(workdir)
