@@ -1,7 +1,7 @@
 """Warmup ablation (claims S5, X7, X8, R7): the lr x warmup x placement grid, its figures and verdicts.
 
   python -m experiments.warmup_ablation --config=experiments/configs/warmup_ablation.py:quick \
-      --workdir=results/warmup_ablation [--shard=0/2]
+      --workdir=results/warmup_ablation [--shard=0/2] [--force]
 
 DIR (--workdir) receives one subfolder per run, DIR/sweep.json, and once every run is done
 DIR/results.json with loss curves and heat maps. Rerunning skips finished runs and resumes unfinished

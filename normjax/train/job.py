@@ -18,7 +18,7 @@ from normjax import io
 from normjax.train import decode, records, sharding, steps
 from normjax.train.batching import BatchSpec
 from normjax.train.checkpoint import REJECTED, Checkpointer, fingerprint
-from normjax.train.config_io import ConfigError, RunConfig, divergence_loss, model_config
+from normjax.train.config_io import ConfigError, RunConfig, TrainConfig, divergence_loss, model_config
 from normjax.train.optimizers import OptimizerSpec
 from normjax.train.tasks import Task, load_task
 
@@ -125,16 +125,31 @@ def read_summary(workdir: str) -> dict | None:
     return summary
 
 
+def logged_steps(train: TrainConfig, upto: int) -> list[int]:
+    """The steps 0..upto that have a metrics record (the record points of the loop, before the last step)."""
+    return [
+        s
+        for s in range(upto + 1)
+        if s % train.log_every == 0 or s % train.eval_every == 0 or (train.diag_every and s % train.diag_every == 0)
+    ]
+
+
 def finished_summary(workdir: str, run: RunConfig) -> dict | None:
     """The summary of a finished run of `run`'s config in `workdir`, or None.
 
     Raises:
       ConfigError: naming the differing keys when `workdir` holds a run of another config.
+      CorruptFileError: naming the file and line when the finished run's metrics.jsonl is damaged or cut.
     """
     check_config(workdir, run)
     if not os.path.exists(os.path.join(workdir, "config.json")):
         return None
-    return read_summary(workdir)
+    summary = read_summary(workdir)
+    if summary is not None:  # its log must be whole: a finished run is read, never retrained
+        path = os.path.join(workdir, "metrics.jsonl")
+        want = logged_steps(run.train, summary["steps"] - 1) + [summary["steps"]]
+        records.check_steps(path, records.read_jsonl(path), summary["steps"], want)
+    return summary
 
 
 def clear_run(workdir: str) -> None:
@@ -144,15 +159,6 @@ def clear_run(workdir: str) -> None:
             os.remove(os.path.join(workdir, name))
     for name in ("checkpoints", REJECTED, "tb"):
         shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
-
-
-def logged_steps(train, upto: int) -> list[int]:
-    """The steps 0..upto that have a metrics record (the record points of the loop, before the last step)."""
-    return [
-        s
-        for s in range(upto + 1)
-        if s % train.log_every == 0 or s % train.eval_every == 0 or (train.diag_every and s % train.diag_every == 0)
-    ]
 
 
 class Job:

@@ -54,7 +54,7 @@ def check_steps(path: str, records: list[dict], last_step: int, want: list[int])
     if len(kept) != len(want):
         has = f"ends at step {kept[-1]}" if kept else "is missing or empty"
         raise CorruptFileError(
-            f"{path} {has} but the checkpoint needs records up to step {want[-1]} (the log was cut or deleted); {hint}"
+            f"{path} {has} but the run needs records up to step {want[-1]} (the log was cut or deleted); {hint}"
         )
 
 

@@ -57,7 +57,7 @@ DAMAGE = {
     _not_a_record: r"metrics.jsonl:3: not a metrics record",
     _torn_then_more: r"metrics.jsonl:3: not a metrics record",
     _cut: r"metrics.jsonl:2: step 20 where step 10 was expected \(the log was cut",
-    _deleted: r"metrics.jsonl is missing or empty but the checkpoint needs records up to step 20",
+    _deleted: r"metrics.jsonl is missing or empty but the run needs records up to step 20",
     _two_writers: r"metrics.jsonl:5: step 0 again or out of order \(two processes",
 }
 
@@ -69,6 +69,14 @@ def test_damaged_log_stops_the_run_and_keeps_the_file(killed, reference, damage)
     with pytest.raises(WorkdirError, match=DAMAGE[damage]):
         train(killed)
     assert _lines(killed) == damaged  # nothing deleted
+
+
+@pytest.mark.parametrize("damage", [_cut, _deleted, _garbage_line], ids=["cut", "deleted", "garbage_line"])
+def test_finished_run_with_a_damaged_log_is_an_error(finished, damage):
+    """A finished run is read, not retrained: its log must hold every record up to its last step."""
+    _write(finished, damage(_lines(finished)))
+    with pytest.raises(WorkdirError, match=r"metrics.jsonl(:\d+: (step|not)| is missing or empty but the run needs)"):
+        train(finished)
 
 
 def test_force_retrains_a_damaged_run(killed, reference):
