@@ -92,3 +92,11 @@ def test_log_deleted_without_checkpoints_retrains_from_scratch(killed, reference
     train(killed)
     assert_same_run(killed, reference)
     assert [json.loads(line)["step"] for line in _lines(killed)] == [0, 10, 20, 30]
+
+
+def test_finished_diverged_run_passes_the_log_check(tmp_path):
+    """A run that diverged between record points logs its last step off the grid: that is a whole log."""
+    config = dict(train__divergence_loss=0.01, train__divergence_patience=3, train__divergence_check_every=7)
+    summary = train(tmp_path, **config)
+    assert summary["outcome"] == "diverged" and summary["steps"] == 7
+    assert train(tmp_path, **config) == summary  # skipped as finished
