@@ -1,11 +1,26 @@
-"""Crash-safe JSON: numpy/JAX values to plain JSON, atomic writes (temp file, fsync, os.replace)."""
+"""Crash-safe files: JSON conversion, atomic writes (temp file, fsync, os.replace), folder locks, clear errors."""
 
+import contextlib
+import errno
+import fcntl
 import json
 import math
 import os
+import shutil
 import tempfile
 
 import numpy as np
+
+TMP_PREFIX = ".tmp-"  # temporary files are named .tmp-<pid>-<random><suffix>
+LOCK_NAME = ".lock"
+
+
+class WorkdirError(RuntimeError):
+    """An output folder that cannot be used as it is (busy, a corrupt file, disk full); names the path."""
+
+
+class CorruptFileError(WorkdirError, ValueError):
+    """A file that is not what it should be (a ValueError too, like json's own errors); names the file."""
 
 
 def to_jsonable(value):
@@ -23,24 +38,139 @@ def to_jsonable(value):
     return value
 
 
-def write_json(path: str, obj) -> None:
-    """Writes `obj` as JSON atomically: a temporary file in the same folder, fsync, os.replace."""
+def _umask() -> int:
+    """The process umask, read without changing it (the os.umask round trip races with other threads)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def disk_full(path: str, nbytes: int, error: BaseException) -> WorkdirError | None:
+    """The one-line error for a full disk (or quota) while writing `nbytes` to `path`; None for other errors."""
+    full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or os.strerror(errno.ENOSPC) in str(error)
+    if not full:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
+    return WorkdirError(f"disk full: writing {path} needs {nbytes} bytes, {free} bytes free; earlier files are intact")
+
+
+def write_text(path: str, text: str) -> None:
+    """Writes `text` to `path` atomically, readable like any new file (0666 less the umask, e.g. 0644).
+
+    Raises:
+      WorkdirError: when the disk is full (the old file, if any, is left as it was).
+    """
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    suffix = os.path.splitext(path)[1]
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{TMP_PREFIX}{os.getpid()}-", suffix=suffix)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600 files
         with os.fdopen(fd, "w") as f:
-            json.dump(to_jsonable(obj), f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if full := disk_full(path, len(text.encode()), e):
+            raise full from None
         raise
 
 
+def write_json(path: str, obj) -> None:
+    """Writes `obj` as JSON atomically (see write_text)."""
+    write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
+
+
 def read_json(path: str):
-    with open(path) as f:
-        return json.load(f)
+    """The JSON content of `path`.
+
+    Raises:
+      CorruptFileError: naming the file when it is not valid JSON.
+    """
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CorruptFileError(f"{path} is corrupt (not JSON: {e}); move it away, or rerun with --force") from None
+
+
+def config_diff(saved, wanted, prefix: str = "") -> list[str]:
+    """The differences of two JSON configs as ["key: saved -> wanted", ...] with dotted keys, sorted."""
+    if isinstance(saved, dict) and isinstance(wanted, dict):
+        out = []
+        for key in sorted(set(saved) | set(wanted)):
+            missing = "<absent>"
+            out += config_diff(saved.get(key, missing), wanted.get(key, missing), f"{prefix}{key}.")
+        return out
+    saved, wanted = to_jsonable(saved), to_jsonable(wanted)
+    return [] if saved == wanted else [f"{prefix.rstrip('.')}: {saved!r} -> {wanted!r}"]
+
+
+def describe_diff(diffs: list[str], limit: int = 4) -> str:
+    """The first `limit` differences joined for a one-line message."""
+    more = f" (and {len(diffs) - limit} more)" if len(diffs) > limit else ""
+    return "; ".join(diffs[:limit]) + more
+
+
+def remove_stale_tmp(folder: str) -> None:
+    """Deletes temporary files left in `folder` by killed processes (their pid no longer runs)."""
+    if not os.path.isdir(folder):
+        return
+    for name in os.listdir(folder):
+        pid = name.removeprefix(TMP_PREFIX).split("-", 1)[0]
+        if not name.startswith(TMP_PREFIX) or not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(folder, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class FolderLock:
+    """An exclusive lock on a folder: flock on folder/.lock, dropped by the OS when the process dies.
+
+    Raises:
+      WorkdirError: at once (no waiting) when another process holds the lock.
+    """
+
+    def __init__(self, folder: str):
+        os.makedirs(folder, exist_ok=True)
+        self.fd = os.open(os.path.join(folder, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(self.fd)
+            raise WorkdirError(
+                f"{folder} is in use by another process (pid {holder}); wait for it to end or use another --workdir"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        """Releases the lock (idempotent)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -92,9 +92,13 @@ def define_flags(exp: Experiment, argv: list[str], fv: flags.FlagValues, default
     flags.DEFINE_string("workdir", default_workdir, f"Output folder: {where[exp.kind]}.", flag_values=fv)
     flags.DEFINE_bool("print_config", False, "Validate, print the resolved config, write nothing.", flag_values=fv)
     flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=fv)
-    if exp.kind == STUDY:
-        flags.DEFINE_bool("force", False, "Recompute even if WORKDIR/<name>/results.json is current.", flag_values=fv)
-    else:
+    force_help = {
+        STUDY: "Recompute WORKDIR/<name>/ even if its results are current or come from another config.",
+        TRAIN: "Delete what --workdir holds of this run and train it from step 0.",
+        SWEEP: "Retrain this shard's runs and recompute the analysis.",
+    }
+    flags.DEFINE_bool("force", False, force_help[exp.kind], flag_values=fv)
+    if exp.kind != STUDY:
         flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first.", flag_values=fv)
     if exp.kind == SWEEP:
         flags.DEFINE_string("shard", "0/1", "i/n: run only every n-th run, starting at run i.", flag_values=fv)
@@ -153,7 +157,7 @@ def progress_bars(enabled: bool):
 
 def _args(exp: Experiment, fv: flags.FlagValues, argv: list[str]) -> Args:
     overrides = tuple(k for k in map(cli.override_key, argv) if k)
-    extra = dict(force=fv.force) if exp.kind == STUDY else dict(distributed=fv.distributed)
+    extra = dict(force=fv.force) | ({} if exp.kind == STUDY else dict(distributed=fv.distributed))
     extra |= dict(shard=fv.shard) if exp.kind == SWEEP else {}
     return Args(fv.config, overrides, fv.workdir, fv.progress, **extra)
 

@@ -1,9 +1,10 @@
 """Runs one training job and writes config.json, metrics.jsonl, summary.json and checkpoints.
 
   python -m experiments.train --config=experiments/configs/train.py:quick --workdir=/tmp/run \
-      [--config.train.lr=1e-3] [--distributed] [--print_config]
+      [--config.train.lr=1e-3] [--distributed] [--print_config] [--force]
 
-Rerunning with the same --workdir resumes from the last checkpoint (or does nothing once finished).
+Rerunning with the same --workdir resumes from the last intact checkpoint (or does nothing once finished);
+a workdir of another config is refused (exit 2, naming the keys) unless --force.
 """
 
 import json
@@ -24,7 +25,8 @@ def validate(args: common.Args, num_devices: int) -> dict:
 
 
 def run(args: common.Args) -> None:
-    summary = train.run_job(train.parse(args.config, jax.device_count()), args.workdir, progress=args.progress)
+    run_config = train.parse(args.config, jax.device_count())
+    summary = train.run_job(run_config, args.workdir, force=args.force, progress=args.progress)
     print(json.dumps(summary, indent=2, sort_keys=True))
 
 

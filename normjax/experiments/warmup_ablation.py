@@ -1,7 +1,7 @@
 """Warmup ablation (claims S5, X7, X8, R7): the lr x warmup x placement grid, its figures and verdicts.
 
   python -m experiments.warmup_ablation --config=experiments/configs/warmup_ablation.py:quick \
-      --workdir=results/warmup_ablation [--shard=0/2]
+      --workdir=results/warmup_ablation [--shard=0/2] [--force]
 
 DIR (--workdir) receives one subfolder per run, DIR/sweep.json, and once every run is done
 DIR/results.json with loss curves and heat maps. Rerunning skips finished runs and resumes unfinished
@@ -48,11 +48,14 @@ def validate(args: common.Args, num_devices: int) -> dict:
 
 def run(args: common.Args) -> None:
     config = grid(args, note=True)
-    result = warmup_ablation.run_grid(config, args.workdir, train.parse_shard(args.shard), progress=args.progress)
+    shard = train.parse_shard(args.shard)
+    result = warmup_ablation.run_grid(config, args.workdir, shard, progress=args.progress, force=args.force)
     print(train.format_table(result))
     if all(r["status"] == "done" for r in result["runs"]):
         study = warmup_ablation
-        runner.run_study("warmup_ablation", "", config, study.compute, study.plot, folder=args.workdir)
+        runner.run_study(
+            "warmup_ablation", "", config, study.compute, study.plot, force=args.force, folder=args.workdir
+        )
 
 
 EXPERIMENT = common.Experiment("warmup_ablation", common.SWEEP, validate, run)

@@ -1,10 +1,11 @@
-"""Running a study resumably: WORKDIR/<name>/ with cached partial results, results.json and figures."""
+"""Running a study resumably: WORKDIR/<name>/ (locked) with cached partial results, results.json and figures."""
 
 from __future__ import annotations
 
 import datetime
 import hashlib
 import inspect
+import logging
 import os
 import platform
 import shutil
@@ -13,7 +14,17 @@ from collections.abc import Callable
 
 import jax
 
-from normjax.io import read_json, to_jsonable, write_json
+from normjax.io import (
+    CorruptFileError,
+    FolderLock,
+    config_diff,
+    describe_diff,
+    read_json,
+    remove_stale_tmp,
+    to_jsonable,
+    write_json,
+)
+from normjax.train.config_io import ConfigError
 
 
 def _study_modules(module, seen: set) -> None:
@@ -40,7 +51,8 @@ class StudyDir:
     """The output folder of one study: partial results survive an interrupted run.
 
     A study is current when its config and its own code (code_fingerprint) are the ones it was run with;
-    otherwise it is recomputed (partial results included).
+    results or partial results of another config or code are an error naming the differing keys, unless
+    the run is forced (`clear` deletes them).
     """
 
     def __init__(self, workdir: str, name: str, config: dict, code: str = "", folder: str | None = None):
@@ -49,26 +61,55 @@ class StudyDir:
         self.results_path = os.path.join(self.path, "results.json")
         self._partial = os.path.join(self.path, "partial")
 
+    def _check(self, path: str, saved_config) -> None:
+        if diffs := config_diff(saved_config, self.config):
+            raise ConfigError(
+                f"{path} was computed with another config or code ({describe_diff(diffs)}); rerun with --force"
+                " to recompute it, or use another --workdir"
+            )
+
     def finished(self) -> dict | None:
-        """The saved results if this study already finished with the same config, else None."""
+        """The saved results if this study already finished, else None.
+
+        Raises:
+          ConfigError: naming the differing keys when results.json holds another config (or code).
+          WorkdirError: naming results.json when it is corrupt.
+        """
         if not os.path.exists(self.results_path):
             return None
         saved = read_json(self.results_path)
-        return saved if saved.get("config") == self.config else None  # config includes the code
+        if not isinstance(saved, dict) or not {"config", "results"} <= set(saved):
+            raise CorruptFileError(f"{self.results_path} is corrupt (no config or results); rerun with --force")
+        self._check(self.results_path, saved["config"])
+        return saved
+
+    def clear(self) -> None:
+        """Deletes this study's results.json and cached partial results (--force); figures are overwritten."""
+        if os.path.exists(self.results_path):
+            os.remove(self.results_path)
+        shutil.rmtree(self._partial, ignore_errors=True)
 
     def open_partial(self) -> None:
-        """Keep cached pieces from an interrupted run with the same config; drop them otherwise."""
+        """Keep cached pieces from an interrupted run with the same config; refuse those of another one."""
         marker = os.path.join(self._partial, "config.json")
-        if os.path.exists(marker) and read_json(marker) != self.config:
-            shutil.rmtree(self._partial)
-        if not os.path.exists(marker):
+        remove_stale_tmp(self.path)
+        remove_stale_tmp(self._partial)
+        if os.path.exists(marker):
+            self._check(marker, read_json(marker))
+        else:
             write_json(marker, self.config)
 
     def cached(self, key: str, compute: Callable[[], dict]) -> dict:
-        """compute() once per key: its JSON result is stored under partial/ and reused on a rerun."""
+        """compute() once per key: its JSON result is stored under partial/ and reused on a rerun.
+
+        A damaged piece is computed again, with a warning naming its file.
+        """
         path = os.path.join(self._partial, f"{key}.json")
         if os.path.exists(path):
-            return read_json(path)
+            try:
+                return read_json(path)
+            except CorruptFileError as e:
+                logging.warning("%s; computing it again", e)
         value = to_jsonable(compute())
         write_json(path, value)
         return value
@@ -99,21 +140,28 @@ def run_study(
 ) -> dict:
     """Run compute(config, study_dir) -> results and plot(results, study_dir) -> figure paths.
 
-    Skips the work when WORKDIR/<name>/results.json (or `folder`/results.json) holds the same config
-    (unless `force`); a rerun after an interruption reuses the pieces compute() stored with
-    `study_dir.cached`.
+    Skips the work when WORKDIR/<name>/results.json (or `folder`/results.json) holds the same config and
+    code; `force` recomputes. A rerun after an interruption reuses the pieces compute() stored with
+    `study_dir.cached`. The study folder is locked while it computes.
+
+    Raises:
+      ConfigError: naming the differing keys when the folder holds results of another config (not `force`).
+      WorkdirError: when another process computes the same study, or a file in its folder is corrupt.
     """
     config_dict = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     study = StudyDir(workdir, name, config_dict, code_fingerprint(compute), folder)
     if not force and (saved := study.finished()) is not None:
         print(f"[{name}] already done: {study.results_path}")
         return saved
-    if force and os.path.exists(study.path):
-        shutil.rmtree(study.path)
-    study.open_partial()
-    start = time.time()
-    results = to_jsonable(compute(config, study))
-    figures = plot(results, study)
-    saved = study.save(results, figures, round(time.time() - start, 1))
+    with FolderLock(study.path):
+        if force:
+            study.clear()
+        elif (saved := study.finished()) is not None:  # finished by another process meanwhile
+            return saved
+        study.open_partial()
+        start = time.time()
+        results = to_jsonable(compute(config, study))
+        figures = plot(results, study)
+        saved = study.save(results, figures, round(time.time() - start, 1))
     print(f"[{name}] wrote {study.results_path} and {len(figures)} figure files in {saved['wall_time_s']:.0f} s")
     return saved

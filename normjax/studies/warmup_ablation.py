@@ -12,10 +12,10 @@ from normjax.studies.warmup_ablation_verdicts import verdicts
 from normjax.train import records
 
 
-def run_grid(config, folder: str, shard: tuple[int, int] = (0, 1), progress: bool = True) -> dict:
+def run_grid(config, folder: str, shard: tuple[int, int] = (0, 1), progress: bool = True, force: bool = False) -> dict:
     """Runs (a shard of) the sweep into `folder`; finished runs are skipped, unfinished ones resume."""
     runs = train.expand(config, jax.device_count())
-    return train.run_sweep(runs, folder, shard, vmap=config.sweep.vmap, progress=progress)
+    return train.run_sweep(runs, folder, shard, force=force, vmap=config.sweep.vmap, progress=progress)
 
 
 def _curve(folder: str, name: str, key: str) -> list[list[float]]:

@@ -1,20 +1,102 @@
-"""Orbax checkpoints of the whole train state plus the data position."""
+"""Orbax checkpoints of the whole train state plus the data position, each verified by its sha256 manifest."""
 
+import hashlib
+import json
+import logging
 import os
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from normjax.io import WorkdirError, disk_full, read_json, write_json
 from normjax.train.steps import TrainState
+
+MANIFEST = "normjax_sha256.json"  # written into checkpoints/<step>/ once orbax has committed the step
+REJECTED = "checkpoints_rejected"  # beside checkpoints/: damaged or unverified steps are moved here
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _files(folder: str) -> list[str]:
+    """Every file under `folder` but the manifest, as sorted relative paths."""
+    out = []
+    for root, _, names in os.walk(folder):
+        out += [os.path.relpath(os.path.join(root, n), folder) for n in names]
+    return sorted(f for f in out if f != MANIFEST)
+
+
+def manifest(folder: str, fingerprint: str) -> dict:
+    """The sha256 of every file of a checkpoint folder and the fingerprint of the run that wrote it."""
+    return {"fingerprint": fingerprint, "files": {f: _sha256(os.path.join(folder, f)) for f in _files(folder)}}
+
+
+def damage(folder: str) -> str | None:
+    """Why checkpoint `folder` cannot be trusted (missing manifest, missing, extra or changed files); None if intact."""
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.exists(path):
+        return "it has no checksum manifest (a stray folder, a write that was cut short, or an older normjax)"
+    try:
+        saved = read_json(path)
+        files = dict(saved["files"])
+    except (WorkdirError, KeyError, TypeError, ValueError):
+        return f"its manifest {MANIFEST} is corrupt"
+    present = _files(folder)
+    if sorted(files) != present:
+        missing, extra = sorted(set(files) - set(present)), sorted(set(present) - set(files))
+        return f"files missing: {missing}, unexpected: {extra}"
+    changed = [f for f in present if _sha256(os.path.join(folder, f)) != files[f]]
+    return f"{changed[0]} does not match its checksum" if changed else None
 
 
 class Checkpointer:
-    """Saves (state without hparams/consts, data position) every call; keeps the newest `keep`."""
+    """Saves (state without hparams/consts, data position) every call; keeps the newest `keep`.
 
-    def __init__(self, directory: str, keep: int = 2):
+    On opening, every step folder is verified against its manifest: damaged or unverified ones are moved
+    to checkpoints_rejected/ with a warning, so a resume starts from the newest intact checkpoint.
+    """
+
+    def __init__(self, directory: str, keep: int = 2, fingerprint: str = ""):
+        self.directory, self.fingerprint = os.path.abspath(directory), fingerprint
+        self.main = jax.process_index() == 0
+        if self.main:
+            self._reject_damaged()
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
-        self.manager = ocp.CheckpointManager(os.path.abspath(directory), options=options)
+        self.manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def _folder(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
+    def _reject_damaged(self) -> None:
+        """Moves damaged step folders aside; raises for an intact one written by another run."""
+        if not os.path.isdir(self.directory):
+            return
+        for name in sorted(os.listdir(self.directory)):
+            folder = os.path.join(self.directory, name)
+            if not name.isdigit() or not os.path.isdir(folder):
+                continue
+            reason = damage(folder)
+            if reason is None:
+                if read_json(os.path.join(folder, MANIFEST)).get("fingerprint") != self.fingerprint:
+                    raise WorkdirError(
+                        f"{folder} is a checkpoint of another config (a foreign checkpoint); move it away,"
+                        " or rerun with --force"
+                    )
+                continue
+            target = os.path.join(os.path.dirname(self.directory), REJECTED, name)
+            suffix = 0
+            while os.path.exists(target + (f".{suffix}" if suffix else "")):
+                suffix += 1
+            target += f".{suffix}" if suffix else ""
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.rename(folder, target)
+            logging.warning("checkpoint %s is not used: %s; moved to %s", folder, reason, target)
 
     @staticmethod
     def _tree(state: TrainState, data_pos) -> dict:
@@ -30,19 +112,46 @@ class Checkpointer:
         }
 
     def latest_step(self) -> int | None:
+        """The newest verified step (damaged ones were moved aside when this Checkpointer was opened)."""
         return self.manager.latest_step()
 
     def save(self, step: int, state: TrainState, data_pos: int) -> None:
-        """Blocks until the checkpoint is committed (the metrics written before it stay valid)."""
-        self.manager.save(step, args=ocp.args.StandardSave(self._tree(state, data_pos)))
-        self.manager.wait_until_finished()
+        """Blocks until the checkpoint and its manifest are committed (the metrics written before stay valid).
+
+        Raises:
+          WorkdirError: when the disk is full (the earlier checkpoints stay intact).
+        """
+        tree = self._tree(state, data_pos)
+        try:
+            self.manager.save(step, args=ocp.args.StandardSave(tree))
+            self.manager.wait_until_finished()
+            if self.main:
+                write_json(os.path.join(self._folder(step), MANIFEST), manifest(self._folder(step), self.fingerprint))
+        except Exception as e:  # orbax and tensorstore wrap OSError in their own types
+            nbytes = sum(x.nbytes for x in jax.tree.leaves((state.params, state.opt_state)))
+            if full := disk_full(self._folder(step), nbytes, e):
+                raise full from None
+            raise
 
     def restore(self, step: int, like: TrainState) -> tuple[TrainState, int]:
-        """(state, data position) of checkpoint `step`; `like` gives structure and shardings."""
+        """(state, data position) of checkpoint `step`; `like` gives structure and shardings.
+
+        Raises:
+          WorkdirError: naming the folder when it does not fit `like` (a foreign checkpoint).
+        """
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self._tree(like, 0))
-        tree = self.manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        try:
+            tree = self.manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        except (ValueError, KeyError, TypeError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise WorkdirError(f"{self._folder(step)} does not fit this run's state ({first}); move it away") from None
         state = like.replace(**{k: v for k, v in tree.items() if k != "data_pos"})
         return state, int(tree["data_pos"])
 
     def close(self) -> None:
         self.manager.close()
+
+
+def fingerprint(config: dict) -> str:
+    """sha256 of a run's resolved config (config.json's content): checkpoints of other configs are refused."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]

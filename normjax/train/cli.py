@@ -11,13 +11,15 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
+from normjax.io import WorkdirError
 from normjax.train.config_io import ConfigError, did_you_mean
 from normjax.train.data_text import DataError
 
 
 @contextlib.contextmanager
 def exit_on_config_error():
-    """Turns a ConfigError or DataError into one `config error: ...` line on stderr and exit status 2."""
+    """Turns a ConfigError or DataError into one `config error: ...` line, and a WorkdirError (a busy workdir,
+    a damaged file, a full disk) into one `error: ...` line, on stderr with exit status 2 (no traceback)."""
     try:
         yield
     except ConfigError as e:
@@ -25,6 +27,9 @@ def exit_on_config_error():
         sys.exit(2)
     except DataError as e:
         print(f"data error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except WorkdirError as e:
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -1,8 +1,11 @@
 """One run's bookkeeping: data, model, train state, metrics log, evals, checkpoints and summary."""
 
+import contextlib
 import functools
+import logging
 import math
 import os
+import shutil
 import time
 import types
 
@@ -11,10 +14,11 @@ import numpy as np
 from flax import nnx
 
 import normjax
+from normjax import io
 from normjax.train import decode, records, sharding, steps
 from normjax.train.batching import BatchSpec
-from normjax.train.checkpoint import Checkpointer
-from normjax.train.config_io import ConfigError, RunConfig, divergence_loss, model_config
+from normjax.train.checkpoint import REJECTED, Checkpointer, fingerprint
+from normjax.train.config_io import ConfigError, RunConfig, TrainConfig, divergence_loss, model_config
 from normjax.train.optimizers import OptimizerSpec
 from normjax.train.tasks import Task, load_task
 
@@ -67,44 +71,154 @@ def prepare(run: RunConfig, num_devices: int = 1) -> tuple[Task, normjax.ModelCo
     return task, model_config(run, len(task.vocab))
 
 
-def finished_summary(workdir: str) -> dict | None:
+def _as_saved(run: RunConfig, saved) -> dict:
+    """`run`'s config as its config.json would hold it: vocab_size / max_len "from the data" (0) taken from
+    `saved` (the config.json found), the model fields normalized by ModelConfig."""
+    model, saved_model = dict(run.model), saved.get("model") if isinstance(saved, dict) else None
+    for key in ("vocab_size", "max_len"):
+        if not model[key] and isinstance(saved_model, dict) and isinstance(saved_model.get(key), int):
+            model[key] = saved_model[key]
+    with contextlib.suppress(TypeError, ValueError):  # left as it is when "from the data" is still unknown
+        model = normjax.ModelConfig(**model).to_dict()
+    return run.to_dict() | {"model": model}
+
+
+def check_config(workdir: str, wanted: dict | RunConfig) -> None:
+    """Raises ConfigError naming the differing keys when `workdir` holds a run of another config.
+
+    Args:
+      wanted: the resolved config (config.json's content), or a RunConfig whose model may take its vocab
+        size and max length from the data.
+    """
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        return
+    saved = records.read_json(path)
+    wanted = _as_saved(wanted, saved) if isinstance(wanted, RunConfig) else wanted
+    if diffs := io.config_diff(saved, wanted):
+        raise ConfigError(
+            f"{workdir} holds a run of another config ({io.describe_diff(diffs)}); rerun with --force to"
+            " recompute it, or use another --workdir"
+        )
+
+
+def _valid_summary(summary) -> bool:
+    return (
+        isinstance(summary, dict)
+        and summary.get("outcome") in ("ok", "diverged")
+        and isinstance(summary.get("steps"), int)
+    )
+
+
+def read_summary(workdir: str) -> dict | None:
+    """WORKDIR/summary.json if it is a complete summary; None (with a warning if it is damaged) otherwise."""
     path = os.path.join(workdir, "summary.json")
-    return records.read_json(path) if os.path.exists(path) else None
+    if not os.path.exists(path):
+        return None
+    try:
+        summary = records.read_json(path)
+    except io.WorkdirError as e:
+        summary = str(e)
+    if not _valid_summary(summary):
+        logging.warning("%s is not a complete summary (%.80s); the run is not finished", path, summary)
+        return None
+    return summary
+
+
+def logged_steps(train: TrainConfig, upto: int) -> list[int]:
+    """The steps 0..upto that have a metrics record (the record points of the loop, before the last step)."""
+    return [
+        s
+        for s in range(upto + 1)
+        if s % train.log_every == 0 or s % train.eval_every == 0 or (train.diag_every and s % train.diag_every == 0)
+    ]
+
+
+def finished_summary(workdir: str, run: RunConfig) -> dict | None:
+    """The summary of a finished run of `run`'s config in `workdir`, or None.
+
+    Raises:
+      ConfigError: naming the differing keys when `workdir` holds a run of another config.
+      CorruptFileError: naming the file and line when the finished run's metrics.jsonl is damaged or cut.
+    """
+    check_config(workdir, run)
+    if not os.path.exists(os.path.join(workdir, "config.json")):
+        return None
+    summary = read_summary(workdir)
+    if summary is not None:  # its log must be whole: a finished run is read, never retrained
+        path = os.path.join(workdir, "metrics.jsonl")
+        want = logged_steps(run.train, summary["steps"] - 1) + [summary["steps"]]
+        records.check_steps(path, records.read_jsonl(path), summary["steps"], want)
+    return summary
+
+
+def clear_run(workdir: str) -> None:
+    """Deletes a run's own files (summary first, so it is never seen finished half-deleted); --force."""
+    for name in ("summary.json", "config.json", "metrics.jsonl"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(workdir, name))
+    for name in ("checkpoints", REJECTED, "tb"):
+        shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
 
 
 class Job:
-    """One run in `workdir`: builds its state, resumes it, logs, evaluates, checkpoints, summarizes."""
+    """One run in `workdir`: builds its state, resumes it, logs, evaluates, checkpoints, summarizes.
 
-    def __init__(self, run: RunConfig, workdir: str, mesh):
+    Holds the lock of `workdir` from construction to finish() or close(); `done` is the summary when the
+    run turned out to be finished already (another process finished it).
+    """
+
+    def __init__(self, run: RunConfig, workdir: str, mesh, force: bool = False):
         self.run, self.workdir, self.mesh = run, workdir, mesh
         self.task, cfg = prepare(run, mesh.size)
         self.main = jax.process_index() == 0
-        if self.main:
-            self._claim(run.to_dict() | {"model": cfg.to_dict()})
+        config = records.to_jsonable(run.to_dict() | {"model": cfg.to_dict()})
+        self.lock = io.FolderLock(workdir) if self.main else None
+        try:
+            self.done = self._claim(config, force) if self.main else None
+            if self.done is None:
+                self._build(cfg, config)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, cfg: normjax.ModelConfig, config: dict) -> None:
+        run, workdir = self.run, self.workdir
         self.fns = compiled()
         model = normjax.Transformer(cfg, rngs=nnx.Rngs(run.train.seed))
         self.spec = step_spec(run, model, self.task.kind)
         state = steps.init_state(self.spec, model, run.train.seed, hparams(run, cfg))
-        self.state = sharding.replicate(state, mesh)
+        self.state = sharding.replicate(state, self.mesh)
         tb = os.path.join(workdir, "tb") if run.train.tensorboard and self.main else None
         self.log = records.MetricsLog(os.path.join(workdir, "metrics.jsonl"), tb)
-        self.ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run.train.keep_checkpoints)
+        ckpt_dir = os.path.join(workdir, "checkpoints")
+        self.ckpt = Checkpointer(ckpt_dir, run.train.keep_checkpoints, fingerprint(config))
         self.start, self.last, self.t0 = 0, {}, time.time()
 
-    def _claim(self, config: dict) -> None:
+    def _claim(self, config: dict, force: bool) -> dict | None:
+        """Under the lock: the summary if finished, else writes config.json (clearing the run with `force`)."""
+        io.remove_stale_tmp(self.workdir)
+        if force:
+            clear_run(self.workdir)
+        check_config(self.workdir, config)
         path = os.path.join(self.workdir, "config.json")
-        if os.path.exists(path) and records.read_json(path) != records.to_jsonable(config):
-            raise ConfigError(f"{self.workdir} holds a run with a different config.json; use a new --workdir")
-        os.makedirs(self.workdir, exist_ok=True)
+        if os.path.exists(path) and (done := read_summary(self.workdir)) is not None:
+            return done
         records.write_json(path, config)
+        return None
 
     def resume(self) -> int:
-        """Restores the last checkpoint (if any), cuts metrics.jsonl back to it; returns its step."""
+        """Restores the newest intact checkpoint (if any), cuts metrics.jsonl back to it; returns its step.
+
+        Raises:
+          WorkdirError: when metrics.jsonl is damaged or lacks records up to the checkpoint (naming the line).
+        """
         latest = self.ckpt.latest_step()
         if latest is not None:
             self.state, _ = self.ckpt.restore(latest, self.state)
         if self.main:
-            self.log.truncate(-1 if latest is None else latest)
+            last = -1 if latest is None else latest
+            self.log.cut_back(last, logged_steps(self.run.train, last))
         self.start = latest or 0
         return self.start
 
@@ -182,6 +296,15 @@ class Job:
         )
         if self.main:
             records.write_json(os.path.join(self.workdir, "summary.json"), summary)
-        self.ckpt.close()
-        self.log.close()
+        self.close()
         return summary
+
+    def close(self) -> None:
+        """Closes the checkpointer and the log and releases the workdir's lock (idempotent)."""
+        if getattr(self, "ckpt", None) is not None:
+            self.ckpt.close()
+            self.ckpt = None
+        if getattr(self, "log", None) is not None:
+            self.log.close()
+        if self.lock is not None:
+            self.lock.release()

@@ -11,59 +11,82 @@ from normjax.train.job import Job, compiled, finished_summary
 
 
 def run_job(
-    run: RunConfig, workdir: str, *, mesh=None, progress: bool = True, desc: str = "", position: int = 0
+    run: RunConfig,
+    workdir: str,
+    *,
+    force: bool = False,
+    mesh=None,
+    progress: bool = True,
+    desc: str = "",
+    position: int = 0,
 ) -> dict:
-    """Trains one run in `workdir`, resuming from its last checkpoint; skips a finished run.
+    """Trains one run in `workdir`, resuming from its newest intact checkpoint; skips a finished run.
 
     Writes config.json, metrics.jsonl (one record per logged step), summary.json (outcome "ok" or
-    "diverged" with the step) and orbax checkpoints under checkpoints/.
+    "diverged" with the step) and orbax checkpoints under checkpoints/. Holds `workdir`'s lock meanwhile.
+
+    Args:
+      force: delete the run's files first and train it from step 0, whatever `workdir` holds.
 
     Returns:
       The summary.
+
+    Raises:
+      ConfigError: when `workdir` holds a run of another config (naming the keys) and not `force`.
+      WorkdirError: when another process holds `workdir`, or a file in it is damaged (naming it).
     """
-    done = finished_summary(workdir)
-    if done is not None:
-        return done
-    return _train([Job(run, workdir, mesh or sharding.data_mesh())], progress, desc, position)[0]
+    return run_group([(run, workdir)], force=force, mesh=mesh, progress=progress, desc=desc, position=position)[0]
 
 
 def run_group(
-    items: list[tuple[RunConfig, str]], *, mesh=None, progress: bool = True, desc: str = "", position: int = 0
+    items: list[tuple[RunConfig, str]],
+    *,
+    force: bool = False,
+    mesh=None,
+    progress: bool = True,
+    desc: str = "",
+    position: int = 0,
 ) -> list[dict]:
     """Trains runs that share shapes (same model, data, batch, optimizer kind, schedule kind, steps and
     intervals; lr, warmup, seed and the other traced values may differ) with one vmapped step.
 
-    Finished runs are skipped. Unfinished runs resume together when their last checkpoints are at the
-    same step, else one after another.
+    Finished runs are skipped (see run_job for `force` and the errors). Unfinished runs resume together
+    when their last checkpoints are at the same step, else one after another.
 
     Returns:
       The summaries, in the order of `items`.
     """
     mesh = mesh or sharding.data_mesh()
-    out = [finished_summary(workdir) for _, workdir in items]
-    todo = [i for i, s in enumerate(out) if s is None]
-    jobs = [Job(items[i][0], items[i][1], mesh) for i in todo]
-    starts = {job.resume() for job in jobs}
-    shared = len({job.spec for job in jobs}) == 1 and len({shape_key(j.run) for j in jobs}) == 1
-    if len(jobs) > 1 and len(starts) == 1 and shared:
-        summaries = _train(jobs, progress, desc, position, vmapped=True, resumed=True)
-    else:
-        summaries = [_train([job], progress, desc, position, resumed=True)[0] for job in jobs]
-    for i, summary in zip(todo, summaries, strict=True):
-        out[i] = summary
-    return out
+    out = [None if force else finished_summary(workdir, run) for run, workdir in items]
+    opened: dict[int, Job] = {}
+    try:
+        for i in [i for i, s in enumerate(out) if s is None]:
+            opened[i] = Job(items[i][0], items[i][1], mesh, force)
+            out[i] = opened[i].done  # finished by another process meanwhile
+        todo = [i for i in opened if out[i] is None]
+        jobs = [opened[i] for i in todo]
+        starts = {job.resume() for job in jobs}
+        shared = len({job.spec for job in jobs}) == 1 and len({shape_key(j.run) for j in jobs}) == 1
+        if len(jobs) > 1 and len(starts) == 1 and shared:
+            summaries = _train(jobs, progress, desc, position, vmapped=True)
+        else:
+            summaries = [_train([job], progress, desc, position)[0] for job in jobs]
+        for i, summary in zip(todo, summaries, strict=True):
+            out[i] = summary
+        return out
+    finally:
+        for job in opened.values():
+            job.close()
 
 
 def _stack(trees):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
-def _train(
-    jobs: list[Job], progress: bool, desc: str, position: int, vmapped: bool = False, resumed: bool = False
-) -> list[dict]:
-    """The loop. Every job shares the train config's step count and intervals (run_group checks)."""
+def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: bool = False) -> list[dict]:
+    """The loop over resumed jobs. Every job shares the train config's step count and intervals (run_group checks)."""
     t, fns, mesh = jobs[0].run.train, compiled(), jobs[0].mesh
-    step = jobs[0].start if resumed else jobs[0].resume()
+    step = jobs[0].start
     if step == 0:
         for job in jobs:
             job.record(0, [])

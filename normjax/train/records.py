@@ -2,25 +2,60 @@
 
 import json
 import logging
-import math
 import os
-import tempfile
 
-from normjax.io import read_json, to_jsonable, write_json  # noqa: F401  (re-exported)
+from normjax.io import CorruptFileError, disk_full, read_json, to_jsonable, write_json, write_text  # noqa: F401
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """The complete records of a JSONL file (a torn last line from a crash is skipped)."""
+    """The records of a JSONL metrics log, one dict with an int "step" per line.
+
+    Only a torn last line (no newline: the process died while appending it) is skipped.
+
+    Raises:
+      CorruptFileError: naming the file and line of any other line that is not such a record.
+    """
     if not os.path.exists(path):
         return []
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    # the text after the last newline is empty, or a torn record
     records = []
-    with open(path) as f:
-        for line in f:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
+    for number, line in enumerate(lines[:-1], start=1):
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise CorruptFileError(
+                f"{path}:{number}: not a metrics record ({line[:60]!r}); the log was damaged: restore the file,"
+                " or rerun with --force to retrain from step 0"
+            )
+        records.append(record)
     return records
+
+
+def check_steps(path: str, records: list[dict], last_step: int, want: list[int]) -> None:
+    """Raises CorruptFileError naming the file and line unless the steps of `records` increase and those up to
+    `last_step` are exactly `want`."""
+    hint = "restore the file, or rerun with --force to retrain from step 0"
+    for number in range(1, len(records)):
+        if records[number]["step"] <= records[number - 1]["step"]:
+            raise CorruptFileError(
+                f"{path}:{number + 1}: step {records[number]['step']} again or out of order (two processes wrote"
+                f" this log?); {hint}"
+            )
+    kept = [r["step"] for r in records if r["step"] <= last_step]
+    for number, (step, expected) in enumerate(zip(kept, want, strict=False), start=1):
+        if step != expected:
+            raise CorruptFileError(
+                f"{path}:{number}: step {step} where step {expected} was expected (the log was cut or edited); {hint}"
+            )
+    if len(kept) != len(want):
+        has = f"ends at step {kept[-1]}" if kept else "is missing or empty"
+        raise CorruptFileError(
+            f"{path} {has} but the run needs records up to step {want[-1]} (the log was cut or deleted); {hint}"
+        )
 
 
 class MetricsLog:
@@ -30,23 +65,37 @@ class MetricsLog:
         self.path = path
         self.tb = _tensorboard_writer(tensorboard_dir) if tensorboard_dir else None
 
-    def truncate(self, last_step: int) -> None:
-        """Keeps only records with step <= last_step (the last checkpoint), rewritten atomically."""
-        kept = [r for r in read_jsonl(self.path) if r.get("step", math.inf) <= last_step]
-        folder = os.path.dirname(os.path.abspath(self.path))
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".jsonl")
-        with os.fdopen(fd, "w") as f:
-            f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+    def cut_back(self, last_step: int, want: list[int]) -> None:
+        """Keeps the records up to the checkpoint at `last_step`, which must be exactly the steps `want`.
+
+        The records after it (the tail of a killed run, rewritten when it is retrained) are dropped and a torn
+        last line is repaired; any other damage stops the run (nothing is deleted).
+
+        Raises:
+          CorruptFileError: naming the file and line of a damaged log, or the missing steps.
+        """
+        records = read_jsonl(self.path)
+        check_steps(self.path, records, last_step, want)
+        kept = [r for r in records if r["step"] <= last_step]
+        torn = False
+        if os.path.exists(self.path) and os.path.getsize(self.path):
+            with open(self.path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read() != b"\n"
+        if len(kept) < len(records) or torn:
+            write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
     def append(self, record: dict) -> None:
-        record = to_jsonable(record)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        line = json.dumps(to_jsonable(record), sort_keys=True) + "\n"
+        try:
+            with open(self.path, "a") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            if full := disk_full(self.path, len(line.encode()), e):
+                raise full from None
+            raise
         if self.tb is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
@@ -56,6 +105,7 @@ class MetricsLog:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+            self.tb = None
 
 
 def _tensorboard_writer(logdir: str):

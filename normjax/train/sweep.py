@@ -6,9 +6,11 @@ import os
 
 from tqdm.auto import tqdm
 
+from normjax import io
 from normjax.train import records
 from normjax.train.config_io import ConfigError, RunConfig, as_dict, parse, path_component, set_path
 from normjax.train.config_schema import shape_key
+from normjax.train.job import read_summary
 from normjax.train.loop import run_group, run_job
 
 
@@ -66,8 +68,7 @@ def summarize(runs: list[SweepRun], workdir: str) -> dict:
     """sweep.json's content: every run's overrides and summary (status "pending" until done)."""
     out = []
     for r in runs:
-        path = os.path.join(workdir, r.name, "summary.json")
-        summary = records.read_json(path) if os.path.exists(path) else None
+        summary = read_summary(os.path.join(workdir, r.name))
         out.append(
             {
                 "name": r.name,
@@ -84,31 +85,41 @@ def run_sweep(
     workdir: str,
     shard: tuple[int, int] = (0, 1),
     *,
+    force: bool = False,
     vmap: bool = False,
     progress: bool = True,
     mesh=None,
 ) -> dict:
     """Runs runs[i::n] (finished runs are skipped, unfinished ones resume), keeping DIR/sweep.json
     up to date. Runs that share shapes share one compiled step; with `vmap` they also train in
-    lockstep as one vmapped step (slower than one after another on a small CPU).
+    lockstep as one vmapped step (slower than one after another on a small CPU). Each run holds the
+    lock of its own folder while it trains, so shards of one sweep run side by side.
+
+    Args:
+      force: retrain this shard's runs from step 0 (see run_job).
 
     Returns:
       The final sweep.json content (all runs of the grid, including other shards' finished ones).
+
+    Raises:
+      ConfigError: when a run folder holds a run of another config (naming the keys) and not `force`.
+      WorkdirError: when another process trains one of this shard's runs, or a run's file is damaged.
     """
     i, n = shard
     groups: dict[str, list[SweepRun]] = {}
     for r in runs[i::n]:
         groups.setdefault(shape_key(r.run) if vmap else r.name, []).append(r)
     os.makedirs(workdir, exist_ok=True)
+    io.remove_stale_tmp(workdir)
     bar = tqdm(groups.values(), desc=f"sweep {i}/{n}", position=0, disable=not progress, dynamic_ncols=True)
     for group in bar:
         names = ", ".join(r.name for r in group)
         bar.set_postfix_str(names)
         items = [(r.run, os.path.join(workdir, r.name)) for r in group]
         if len(group) == 1:
-            run_job(*items[0], mesh=mesh, progress=progress, desc=names, position=1)
+            run_job(*items[0], force=force, mesh=mesh, progress=progress, desc=names, position=1)
         else:
-            run_group(items, mesh=mesh, progress=progress, desc=f"{len(group)} runs", position=1)
+            run_group(items, force=force, mesh=mesh, progress=progress, desc=f"{len(group)} runs", position=1)
         records.write_json(os.path.join(workdir, "sweep.json"), summarize(runs, workdir))
     result = summarize(runs, workdir)
     records.write_json(os.path.join(workdir, "sweep.json"), result)

@@ -24,9 +24,9 @@ def test_tiny_run_lowers_the_loss_and_logs_diagnostics(tmp_path, tiny):
         for r in log[0], log[2]:
             (grad,), (ffn,) = r[f"diag/grad_norm/{stack}"], r[f"diag/ffn_grad_norm/{stack}"]
             assert 0 < ffn < grad and r[f"diag/norm_input_rms/{stack}"] > 0
-    assert sorted(os.listdir(tmp_path)) == ["checkpoints", "config.json", "metrics.jsonl", "summary.json"]
+    assert sorted(os.listdir(tmp_path)) == [".lock", "checkpoints", "config.json", "metrics.jsonl", "summary.json"]
     mtime = os.path.getmtime(tmp_path / "metrics.jsonl")
-    assert run_job(parse(tiny()), str(tmp_path), progress=False) == summary  # finished: skipped
+    assert run_job(parse(tiny(train__diag_every=20)), str(tmp_path), progress=False) == summary  # finished: skipped
     assert os.path.getmtime(tmp_path / "metrics.jsonl") == mtime
 
 
