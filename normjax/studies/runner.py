@@ -50,9 +50,9 @@ def code_fingerprint(fn: Callable) -> str:
 class StudyDir:
     """The output folder of one study: partial results survive an interrupted run.
 
-    A study is current when its config and its own code (code_fingerprint) are the ones it was run with;
-    results or partial results of another config or code are an error naming the differing keys, unless
-    the run is forced (`clear` deletes them).
+    A study is current when its config and its own code (code_fingerprint) are the ones it was run with.
+    Results or partial results of another config are an error naming the differing keys unless the run is
+    forced (`clear` deletes them); those of other code are recomputed with a warning.
     """
 
     def __init__(self, workdir: str, name: str, config: dict, code: str = "", folder: str | None = None):
@@ -61,18 +61,26 @@ class StudyDir:
         self.results_path = os.path.join(self.path, "results.json")
         self._partial = os.path.join(self.path, "partial")
 
-    def _check(self, path: str, saved_config) -> None:
-        if diffs := config_diff(saved_config, self.config):
-            raise ConfigError(
-                f"{path} was computed with another config or code ({describe_diff(diffs)}); rerun with --force"
-                " to recompute it, or use another --workdir"
-            )
+    def _current(self, path: str, saved_config) -> bool:
+        """True when `path` was computed with this config and code. Code alone changed: False, with a warning
+        (it is recomputed). Another config: an error naming the keys (a finished workdir never answers for a
+        different config)."""
+        diffs = config_diff(saved_config, self.config)
+        if not diffs:
+            return True
+        if all(d.startswith("_code:") for d in diffs):
+            logging.warning("%s was computed by other code of this study; computing it again", path)
+            return False
+        raise ConfigError(
+            f"{path} was computed with another config ({describe_diff(diffs)}); rerun with --force"
+            " to recompute it, or use another --workdir"
+        )
 
     def finished(self) -> dict | None:
         """The saved results if this study already finished, else None.
 
         Raises:
-          ConfigError: naming the differing keys when results.json holds another config (or code).
+          ConfigError: naming the differing keys when results.json holds another config.
           WorkdirError: naming results.json when it is corrupt.
         """
         if not os.path.exists(self.results_path):
@@ -80,8 +88,7 @@ class StudyDir:
         saved = read_json(self.results_path)
         if not isinstance(saved, dict) or not {"config", "results"} <= set(saved):
             raise CorruptFileError(f"{self.results_path} is corrupt (no config or results); rerun with --force")
-        self._check(self.results_path, saved["config"])
-        return saved
+        return saved if self._current(self.results_path, saved["config"]) else None
 
     def clear(self) -> None:
         """Deletes this study's results.json and cached partial results (--force); figures are overwritten."""
@@ -90,13 +97,14 @@ class StudyDir:
         shutil.rmtree(self._partial, ignore_errors=True)
 
     def open_partial(self) -> None:
-        """Keep cached pieces from an interrupted run with the same config; refuse those of another one."""
+        """Keep cached pieces from an interrupted run with the same config and code; drop those of other code
+        (with a warning); refuse those of another config."""
         marker = os.path.join(self._partial, "config.json")
         remove_stale_tmp(self.path)
         remove_stale_tmp(self._partial)
-        if os.path.exists(marker):
-            self._check(marker, read_json(marker))
-        else:
+        if os.path.exists(marker) and not self._current(marker, read_json(marker)):
+            shutil.rmtree(self._partial)
+        if not os.path.exists(marker):
             write_json(marker, self.config)
 
     def cached(self, key: str, compute: Callable[[], dict]) -> dict:

@@ -65,7 +65,7 @@ def _study(workdir, force=False, **config):
 
 def test_study_with_another_config_is_an_error_and_force_recomputes(tmp_path):
     assert _study(tmp_path)["results"] == {"twice": 2}
-    with pytest.raises(ConfigError, match=r"toy/results.json was computed with another config or code \(a: 1 -> 5\)"):
+    with pytest.raises(ConfigError, match=r"toy/results.json was computed with another config \(a: 1 -> 5\)"):
         _study(tmp_path, a=5)
     assert _study(tmp_path, force=True, a=5)["results"] == {"twice": 10}
 
@@ -75,6 +75,19 @@ def test_study_partial_results_of_another_config_are_an_error(tmp_path):
     (tmp_path / "toy" / "results.json").unlink()  # an interrupted run of a=1: only partial/ is left
     with pytest.raises(ConfigError, match=r"partial/config.json was computed with another config"):
         _study(tmp_path, a=5)
+
+
+def test_study_of_other_code_is_recomputed_with_a_warning(tmp_path, caplog):
+    """A code change (the study's fingerprint) is not a user's config change: recompute, visibly."""
+    _study(tmp_path)
+    for name in ("results.json", "partial/config.json"):
+        path = tmp_path / "toy" / name
+        path.write_text(path.read_text().replace('"_code": "', '"_code": "old'))
+    piece = tmp_path / "toy" / "partial" / "piece.json"
+    piece.write_text(json.dumps({"v": 999}))  # a cached piece of the old code must not be reused
+    with caplog.at_level(logging.WARNING):
+        assert _study(tmp_path)["results"] == {"twice": 2}
+    assert "was computed by other code of this study; computing it again" in caplog.text
 
 
 def test_study_in_use_is_refused(tmp_path):
