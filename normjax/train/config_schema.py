@@ -64,6 +64,7 @@ class TrainConfig:
     divergence_check_every: int = _f(10, lo=1)
     diag_every: int = _f(0, lo=0)  # 0 = no per-layer diagnostics
     tensorboard: bool = False
+    wandb_project: str = ""  # "" = off; else also log to this Weights & Biases project (needs wandb)
 
 
 @dataclasses.dataclass(frozen=True)

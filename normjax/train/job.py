@@ -11,7 +11,7 @@ import numpy as np
 from flax import nnx
 
 import normjax
-from normjax.train import decode, records, sharding, steps
+from normjax.train import decode, metric_writers, records, sharding, steps
 from normjax.train.batching import BatchSpec
 from normjax.train.checkpoint import Checkpointer
 from normjax.train.config_io import ConfigError, RunConfig, divergence_loss, model_config
@@ -79,15 +79,19 @@ class Job:
         self.run, self.workdir, self.mesh = run, workdir, mesh
         self.task, cfg = prepare(run, mesh.size)
         self.main = jax.process_index() == 0
+        t = run.train
+        self.log = metric_writers.create_default_writer(
+            workdir, tensorboard=t.tensorboard, wandb_project=t.wandb_project, just_logging=not self.main
+        )
         if self.main:
-            self._claim(run.to_dict() | {"model": cfg.to_dict()})
+            config = run.to_dict() | {"model": cfg.to_dict()}
+            self._claim(config)
+            self.log.write_hparams(config)
         self.fns = compiled()
         model = normjax.Transformer(cfg, rngs=nnx.Rngs(run.train.seed))
         self.spec = step_spec(run, model, self.task.kind)
         state = steps.init_state(self.spec, model, run.train.seed, hparams(run, cfg))
         self.state = sharding.replicate(state, mesh)
-        tb = os.path.join(workdir, "tb") if run.train.tensorboard and self.main else None
-        self.log = records.MetricsLog(os.path.join(workdir, "metrics.jsonl"), tb)
         self.ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run.train.keep_checkpoints)
         self.start, self.last, self.t0 = 0, {}, time.time()
 
@@ -104,7 +108,7 @@ class Job:
         if latest is not None:
             self.state, _ = self.ckpt.restore(latest, self.state)
         if self.main:
-            self.log.truncate(-1 if latest is None else latest)
+            self.log.rewind(-1 if latest is None else latest)
         self.start = latest or 0
         return self.start
 
@@ -158,7 +162,7 @@ class Job:
         if t.diag_every and step % t.diag_every == 0 and step < t.num_steps:
             rec |= self.diagnostics()
         if len(rec) > 1 and self.main:
-            self.log.append(rec)
+            self.log.write_scalars(step, {k: v for k, v in rec.items() if k != "step"})
         self.last = rec if len(rec) > 1 else self.last
         return rec
 
@@ -168,7 +172,8 @@ class Job:
     def finish(self, step: int, diverged_at: int) -> dict:
         """Writes summary.json (outcome "ok" or "diverged" at a step) and closes the job's files."""
         elapsed = time.time() - self.t0
-        valid = [r["valid/nll"] for r in records.read_jsonl(self.log.path) if r.get("valid/nll") is not None]
+        log = records.read_jsonl(os.path.join(self.workdir, metric_writers.METRICS_FILE))
+        valid = [r["valid/nll"] for r in log if r.get("valid/nll") is not None]
         summary = records.to_jsonable(
             {
                 "outcome": "diverged" if diverged_at >= 0 else "ok",

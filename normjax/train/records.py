@@ -1,7 +1,6 @@
-"""Crash-safe result files: atomic JSON, an fsync'd JSONL metrics log, optional TensorBoard."""
+"""Crash-safe result files: atomic JSON and an fsync'd JSONL metrics log (see metric_writers for the rest)."""
 
 import json
-import logging
 import math
 import os
 import tempfile
@@ -26,9 +25,8 @@ def read_jsonl(path: str) -> list[dict]:
 class MetricsLog:
     """metrics.jsonl: one record per logged step, each appended with flush + fsync."""
 
-    def __init__(self, path: str, tensorboard_dir: str | None = None):
+    def __init__(self, path: str):
         self.path = path
-        self.tb = _tensorboard_writer(tensorboard_dir) if tensorboard_dir else None
 
     def truncate(self, last_step: int) -> None:
         """Keeps only records with step <= last_step (the last checkpoint), rewritten atomically."""
@@ -47,25 +45,3 @@ class MetricsLog:
             f.write(json.dumps(record, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        if self.tb is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
-                    self.tb.add_scalar(key, value, record["step"])
-            self.tb.flush()
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-
-
-def _tensorboard_writer(logdir: str):
-    """A SummaryWriter from tensorboardX or torch if installed (TensorBoard is optional)."""
-    try:
-        from tensorboardX import SummaryWriter
-    except ImportError:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            logging.warning("train.tensorboard: neither tensorboardX nor torch is installed; skipping")
-            return None
-    return SummaryWriter(logdir)
