@@ -114,8 +114,10 @@ def plot(results: dict, study) -> list[str]:
                 if where == "last" and placement == "post":
                     ax.plot(depths, _anchored(values_DS, depths, S2_SLOPE), **S2_STYLE)
             if where == "last":
-                ax.plot([], [], **plotting.THEORY_STYLE, label="Theorem 1 slopes (0, -1/2)")
-                ax.plot([], [], **S2_STYLE, label="seed's S2: 1/L (Post-LN)")
+                ax.plot(
+                    [], [], **plotting.THEORY_STYLE, label=r"Theorem 1: $\propto L^{0}$ (Post-LN), $L^{-1/2}$ (Pre-LN)"
+                )
+                ax.plot([], [], **S2_STYLE, label=r"seed's S2: $\propto 1/L$ (Post-LN)")
             ax.set(
                 title=f"{where} layer's FFN W2 ({setting} setting)",
                 xlabel="depth L",
