@@ -134,6 +134,7 @@ class TensorBoardWriter(MetricWriter):
         writer = self._open()
         for tag, value in per_layer_scalars(scalars).items():
             writer.add_scalar(tag, value, step)
+        writer.flush()  # one record per logged step: on disk before the next, as metrics.jsonl
 
     def write_hparams(self, hparams: Mapping[str, Any]) -> None:
         from tensorboardX.summary import hparams as hparams_summaries
