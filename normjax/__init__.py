@@ -1,5 +1,7 @@
 """normjax: where should normalization sit in a residual Transformer block, measured in JAX/Flax NNX."""
 
+__version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
+
 from normjax import jacobian
 from normjax.blocks import Block, BlockContext
 from normjax.config import NORMS, PLACEMENTS, ModelConfig
@@ -23,6 +25,7 @@ from normjax.probing import (
 
 __all__ = [
     "NORMS",
+    "__version__",
     "PLACEMENTS",
     "Block",
     "BlockContext",

@@ -154,7 +154,14 @@ class Transformer(nnx.Module):
             )
 
     # -- contexts -----------------------------------------------------------------------------------
-    def context(self, stack: str, tokens_BT, mask_BT=None, memory_BSD=None, memory_mask_BS=None):
+    def context(
+        self,
+        stack: str,
+        tokens_BT: jax.Array,
+        mask_BT: jax.Array | None = None,
+        memory_BSD: jax.Array | None = None,
+        memory_mask_BS: jax.Array | None = None,
+    ) -> BlockContext:
         """The BlockContext of `stack` for these tokens, masks and (seq2seq decoder) encoder memory."""
         dt = jnp.dtype(self.cfg.dtype)
         T = tokens_BT.shape[1]
@@ -174,14 +181,22 @@ class Transformer(nnx.Module):
         ctx = self.context(stack, tokens_BT, mask_BT, memory, memory_mask)
         return self.stacks[stack](x, ctx, keys[1], record=record)
 
-    def logits(self, x_BTD):
+    def logits(self, x_BTD: jax.Array) -> jax.Array:
         if self.head is not None:
             return self.head(x_BTD)
         table = self.embedders[self.cfg.stacks[-1]].table.embedding[...]
         return x_BTD @ table.T.astype(x_BTD.dtype)
 
     # -- forward ------------------------------------------------------------------------------------
-    def forward(self, *inputs, padding_mask=None, src_mask=None, tgt_mask=None, dropout_rng=None, record: bool = False):
+    def forward(
+        self,
+        *inputs: jax.Array,
+        padding_mask: jax.Array | None = None,
+        src_mask: jax.Array | None = None,
+        tgt_mask: jax.Array | None = None,
+        dropout_rng: jax.Array | None = None,
+        record: bool = False,
+    ) -> tuple[jax.Array, dict]:
         """(logits, traces): traces[stack] = (records per block, final-norm input) when `record`."""
         cfg = self.cfg
         if cfg.arch == "encoder_decoder":
@@ -205,11 +220,20 @@ class Transformer(nnx.Module):
             *inputs, padding_mask=padding_mask, src_mask=src_mask, tgt_mask=tgt_mask, dropout_rng=dropout_rng
         )[0]
 
-    def encode(self, src_BS, src_mask=None, dropout_rng=None):
+    def encode(
+        self, src_BS: jax.Array, src_mask: jax.Array | None = None, dropout_rng: jax.Array | None = None
+    ) -> jax.Array:
         """Encoder memory (B, S, D) of an encoder_decoder model."""
         return self._run("encoder", src_BS, src_mask, dropout_rng, False)[0]
 
-    def decode(self, tgt_BT, memory_BSD, src_mask=None, tgt_mask=None, dropout_rng=None):
+    def decode(
+        self,
+        tgt_BT: jax.Array,
+        memory_BSD: jax.Array,
+        src_mask: jax.Array | None = None,
+        tgt_mask: jax.Array | None = None,
+        dropout_rng: jax.Array | None = None,
+    ) -> jax.Array:
         """Decoder logits (B, T, V) given the encoder memory."""
         out = self._run("decoder", tgt_BT, tgt_mask, dropout_rng, False, memory_BSD, src_mask)[0]
         return self.logits(out)

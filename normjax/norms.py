@@ -52,7 +52,9 @@ class Identity(nnx.Module):
         return z
 
 
-def make_norm(kind: str, d: int, *, eps: float = 1e-5, dyt_alpha: float = 0.5, param_dtype=jnp.float32) -> nnx.Module:
+def make_norm(
+    kind: str, d: int, *, eps: float = 1e-5, dyt_alpha: float = 0.5, param_dtype: jnp.dtype = jnp.float32
+) -> nnx.Module:
     """The norm layer of `kind` ("layernorm", "rmsnorm", "dyt", "none") over a last axis of size d."""
     if kind == "layernorm":
         return LayerNorm(d, eps=eps, param_dtype=param_dtype)

@@ -1,13 +1,24 @@
-"""One figure style for every experiment: placement colours, figure sizes, PNG + PDF output."""
+"""One figure style for every experiment: placement colours, figure sizes, PNG + PDF output.
+
+No global state is touched: figures are `matplotlib.figure.Figure` objects (no pyplot, no backend
+switch) and the house style is an `rc_context` that a caller enters around its plotting:
+
+    with plotting.style():
+        fig, axes = plotting.figure(ncols=2)
+        ...
+        plotting.save(fig, "out/figure")
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator, Mapping
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 PLACEMENT_COLORS = {
     "post": "#d62728",
@@ -31,21 +42,53 @@ def color(placement: str) -> str:
     return PLACEMENT_COLORS.get(placement, "#444444")
 
 
-def figure(ncols: int = 1, nrows: int = 1, width: float = 4.2, height: float = 3.2):
-    """(fig, axes) in the house style; axes is always a flat list."""
-    plt.rcParams.update(
-        {"font.size": 9, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
-    )
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+STYLE = {
+    "font.size": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.framealpha": 0.85,
+}
+UNIGRAM_STYLE = dict(color="grey", linestyle=":", linewidth=1.2)
+
+
+@contextlib.contextmanager
+def style() -> Iterator[None]:
+    """The house style (font size, grid, spines) inside the block only: `matplotlib.rc_context`."""
+    with matplotlib.rc_context(STYLE):
+        yield
+
+
+def figure(ncols: int = 1, nrows: int = 1, width: float = 4.2, height: float = 3.2) -> tuple[Figure, list[Axes]]:
+    """(fig, axes) with axes a flat list; call inside `style()` for the house style."""
+    fig = Figure(figsize=(width * ncols, height * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     return fig, [ax for row in axes for ax in row]
 
 
-def save(fig, path_stem: str) -> list[str]:
-    """Writes `path_stem`.png and .pdf, closes the figure, returns the two paths."""
+def save(fig: Figure, path_stem: str) -> list[str]:
+    """Writes `path_stem`.png and .pdf, returns the two paths."""
     os.makedirs(os.path.dirname(os.path.abspath(path_stem)), exist_ok=True)
     fig.tight_layout()
     paths = [f"{path_stem}.png", f"{path_stem}.pdf"]
     fig.savefig(paths[0], dpi=130)
     fig.savefig(paths[1])
-    plt.close(fig)
     return paths
+
+
+def legend_outside(ax: Axes, **kwargs) -> None:
+    """A legend to the right of the axes, where it cannot cover data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **({"fontsize": 7} | kwargs))
+
+
+def mark_unigram(ax: Axes, results: Mapping) -> Line2D | None:
+    """The unigram level (results["unigram_nll"], nats per target token) as a labelled horizontal line.
+
+    Where the results do not carry it, a note on the axes says so and None is returned.
+    """
+    level = results.get("unigram_nll")
+    if level is None:
+        ax.text(0.98, 0.98, "unigram level: not in results", transform=ax.transAxes, ha="right", va="top", fontsize=6)
+        return None
+    return ax.axhline(level, **UNIGRAM_STYLE, label=f"unigram level $H(p)$ = {level:.2f}")

@@ -5,6 +5,8 @@ These functions are the only way analysis and training code look inside a model 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
@@ -48,7 +50,9 @@ def _stack_name(model: Transformer, stack: str | None) -> str:
     return stack
 
 
-def probe(model: Transformer, *inputs, **masks) -> tuple[jax.Array, dict[str, StackProbes]]:
+def probe(
+    model: Transformer, *inputs: jax.Array, **masks: jax.Array | None
+) -> tuple[jax.Array, dict[str, StackProbes]]:
     """(logits, {stack: StackProbes}) from one deterministic forward pass; arguments as for model(...)."""
     logits, traces = model.forward(*inputs, **masks, record=True)
     probes = {}
@@ -69,7 +73,7 @@ def _stack_probes(model: Transformer, stack: str, records: list, final_input) ->
 
 
 def probe_stream(
-    model: Transformer, x0_BTD, stack: str | None = None, context: BlockContext | None = None
+    model: Transformer, x0_BTD: jax.Array, stack: str | None = None, context: BlockContext | None = None
 ) -> StackProbes:
     """StackProbes of `stack` fed the stream x0 (B, T, D) directly instead of embedded tokens.
 
@@ -88,13 +92,18 @@ def probe_stream(
     return _stack_probes(model, stack, records, final_input)
 
 
-def embed(model: Transformer, tokens_BT, stack: str | None = None):
+def embed(model: Transformer, tokens_BT: jax.Array, stack: str | None = None) -> jax.Array:
     """The residual stream entering block 0 of `stack` (deterministic)."""
     return model.embedders[_stack_name(model, stack)](tokens_BT)
 
 
 def block_context(
-    model: Transformer, *inputs, stack: str | None = None, padding_mask=None, src_mask=None, tgt_mask=None
+    model: Transformer,
+    *inputs: jax.Array,
+    stack: str | None = None,
+    padding_mask: jax.Array | None = None,
+    src_mask: jax.Array | None = None,
+    tgt_mask: jax.Array | None = None,
 ) -> BlockContext:
     """The BlockContext of `stack` for these inputs (masks; encoder memory for a seq2seq decoder)."""
     stack = _stack_name(model, stack)
@@ -134,14 +143,16 @@ def _pure(model: Transformer, stack: str | None, context: BlockContext | None, b
     return f
 
 
-def block_fn(model: Transformer, l: int, stack: str | None = None, context: BlockContext | None = None):
+def block_fn(
+    model: Transformer, l: int, stack: str | None = None, context: BlockContext | None = None
+) -> Callable[[jax.Array], jax.Array]:
     """Block l of `stack` as a pure function x -> y of (T, D) or (B, T, D), deterministic."""
     return _pure(model, stack, context, lambda m, s, x, ctx: m.stacks[s].block(l)(x, ctx)[0])
 
 
 def sublayer_fn(
     model: Transformer, l: int, sublayer: str, stack: str | None = None, context: BlockContext | None = None
-):
+) -> Callable[[jax.Array], jax.Array]:
     """x -> x after sublayer ("attn", "cross" or "ffn") of block l, wired as the block's placement says."""
 
     def body(m, s, x, ctx):
@@ -160,7 +171,7 @@ def stack_fn(
     stop: int | None = None,
     stack: str | None = None,
     context: BlockContext | None = None,
-):
+) -> Callable[[jax.Array], jax.Array]:
     """x_start -> x_stop through blocks start..stop-1 (default stop: the last block; no final norm)."""
     return _pure(model, stack, context, lambda m, s, x, ctx: m.stacks[s].run_blocks(x, ctx, start=start, stop=stop)[0])
 
@@ -186,7 +197,9 @@ def _param_name(path) -> str:
     return "/".join(str(p) for p in path if p != "branch")
 
 
-def profile_admin(model: Transformer, *inputs, **masks) -> dict[str, list[dict[str, float]]]:
+def profile_admin(
+    model: Transformer, *inputs: jax.Array, **masks: jax.Array | None
+) -> dict[str, list[dict[str, float]]]:
     """Set every Admin omega from one deterministic forward pass (Liu et al. 2020, profiling).
 
     omega_i^2 = Var[x_0] + sum_{j<i} Var[f_j(x_{j-1})]: the embedding's variance plus the variances of all

@@ -224,7 +224,9 @@ def _plot_omega(results: dict, study) -> list[str]:
     axes[1].plot(
         np.arange(1, deepest.size + 1), deepest, "o-", ms=3, color=plotting.color("admin"), label="profiled (seed 0)"
     )
-    axes[1].axhline(normjax.admin_omega(int(N.max())), **plotting.THEORY_STYLE, label="closed form")
+    omega = normjax.admin_omega(int(N.max()))
+    label = rf"closed form $\sqrt{{(N+1)/\ln(N+1) - 1}}$ = {omega:.2f}"
+    axes[1].axhline(omega, **plotting.THEORY_STYLE, label=label)
     axes[1].set(title=f"profiled omega_i, N = {int(N.max())}", xlabel="sublayer i", ylabel=r"$\omega_i$")
     for ax in axes:
         ax.legend(fontsize=7)

@@ -19,6 +19,7 @@ from normjax import train as nt
 from normjax.io import to_jsonable
 from normjax.jacobian import fits
 from normjax.studies.deep_training_verdicts import LN_INPUT_LARGE, verdicts
+from normjax.train.tasks import unigram_nll
 
 BETA_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel", "attn/value/kernel", "attn/out/kernel")  # DeepNorm's beta
 UNSCALED_KERNELS = ("attn/query/kernel", "attn/key/kernel")
@@ -238,7 +239,7 @@ def compute(config, study) -> dict:
         "early_steps": config.early_steps,
         "probe_steps": probe_steps(config),
     }
-    results = {"setup": setup, "runs": {}, "summary": {}}
+    results = {"setup": setup, "runs": {}, "summary": {}, "unigram_nll": unigram_nll(data(config)[0])}
     for depth, run in tqdm(jobs, desc="deep_training", unit="run"):
         rec = study.cached(f"{run.replace(':', '-')}-L{depth}", lambda r=run, d=depth: train_run(config, r, d))
         results["runs"].setdefault(run, {})[str(depth)] = rec
@@ -310,6 +311,8 @@ def plot(results: dict, study) -> list[str]:
         ylabel="final train loss (nats/byte)",
         title=f"final loss at lr {setup['lr']:g} (missing = diverged)",
     )
+    if (unigram := plotting.mark_unigram(ax_l, results)) is not None:  # the runs' colours are ax_u's
+        ax_l.legend(handles=[unigram], fontsize=6, loc="best")
     depths = sorted({int(d) for by in summary.values() for d in by})
     for ax in (ax_u, ax_l):
         ax.set_xticks(depths, [str(d) for d in depths])
@@ -342,6 +345,7 @@ def plot_instability(results: dict, study) -> list[str]:
         axes[3].plot(np.arange(grads_PL.shape[1]), grads_PL[0], color=c, ls=":", lw=1)
     axes[1].axhline(1.0, **plotting.THEORY_STYLE, label=r"$\|x\| = \sqrt{d}$")
     axes[1].axhline(LN_INPUT_LARGE, color="grey", ls=":", label=r"D3's $\gg\sqrt{d}$ threshold")
+    plotting.mark_unigram(axes[0], results)
     axes[0].set(xlabel="step", ylabel="train loss", title=f"L={depth}, lr {results['setup']['lr']:g}, no warmup")
     axes[1].set(
         xlabel="step",

@@ -90,7 +90,7 @@ def _anchored(values_DS, depths, slope):
 
 def plot(results: dict, study) -> list[str]:
     settings = sorted(results["runs"], key=lambda s: s != "theory")
-    fig, axes = plotting.figure(ncols=len(settings), nrows=2, width=4.4, height=3.5)
+    fig, axes = plotting.figure(ncols=len(settings), nrows=2, width=6.6, height=3.5)
     name, metric = "ffn/fc2/kernel", "mean_of_norms"
     for row, where in enumerate(WHERE):
         for col, setting in enumerate(settings):
@@ -114,8 +114,10 @@ def plot(results: dict, study) -> list[str]:
                 if where == "last" and placement == "post":
                     ax.plot(depths, _anchored(values_DS, depths, S2_SLOPE), **S2_STYLE)
             if where == "last":
-                ax.plot([], [], **plotting.THEORY_STYLE, label="Theorem 1 slopes (0, -1/2)")
-                ax.plot([], [], **S2_STYLE, label="seed's S2: 1/L (Post-LN)")
+                ax.plot(
+                    [], [], **plotting.THEORY_STYLE, label=r"Theorem 1: $\propto L^{0}$ (Post-LN), $L^{-1/2}$ (Pre-LN)"
+                )
+                ax.plot([], [], **S2_STYLE, label=r"seed's S2: $\propto 1/L$ (Post-LN)")
             ax.set(
                 title=f"{where} layer's FFN W2 ({setting} setting)",
                 xlabel="depth L",
@@ -126,5 +128,5 @@ def plot(results: dict, study) -> list[str]:
             ax.set_xticks(depths, [f"{d:g}" for d in depths])
             ax.xaxis.set_minor_locator(ticker.NullLocator())
             plain_log_ticks(ax)
-            ax.legend(fontsize=7)
+            plotting.legend_outside(ax)
     return plotting.save(fig, study.figure_stem("depth_scaling"))

@@ -121,25 +121,42 @@ def compute(config, study) -> dict:
     return results
 
 
+MARKERS = "osD^vP*X"
+
+
 def plot(results: dict, study) -> list[str]:
     bounds = results["bounds"]
-    settings = list(results["runs"])
-    fig, axes = plotting.figure(ncols=len(settings))
+    settings = sorted(results["runs"], key=lambda s: s != "theory")  # theory first
+    fig, axes = plotting.figure(ncols=len(settings), width=5.2)
     for ax, setting in zip(axes, settings, strict=True):
-        for placement, agg in results["runs"][setting].items():
+        placements = list(results["runs"][setting])
+        for i, (placement, agg) in enumerate(results["runs"][setting].items()):
             mean, std = np.array(agg["stream_mean"]), np.array(agg["stream_std"])
             l = np.arange(len(mean))
-            ax.plot(l, mean, color=plotting.color(placement), label=placement)
+            # Post-LN-style streams all sit at one level: staggered markers keep every curve visible
+            every = (i * max(len(l) // (4 * len(placements)), 1), max(len(l) // 4, 1))
+            ax.plot(l, mean, color=plotting.color(placement), label=placement, marker=MARKERS[i % 8], ms=4)
+            ax.lines[-1].set_markevery(every)
             ax.fill_between(l, mean - std, mean + std, color=plotting.color(placement), alpha=0.2)
         if setting == "theory":
             l = np.arange(len(bounds["pre_lower"]))
             ax.fill_between(
-                l, bounds["pre_lower"], bounds["pre_upper"], color="grey", alpha=0.15, label="Lemma 2 (Pre-LN)"
+                l,
+                bounds["pre_lower"],
+                bounds["pre_upper"],
+                color="grey",
+                alpha=0.15,
+                label="Lemma 2 (Pre-LN):\n$1 + l/2 \\leq E\\|x_l\\|^2/d \\leq 1 + 3l/2$",
             )
-        ax.set(title=f"residual stream at init ({setting})", xlabel="layer l", ylabel=r"$\|x_l\|^2/d$", yscale="log")
-        ax.legend(fontsize=7)
+        ax.set(title=f"residual stream at init ({setting})", xlabel="layer l", ylabel=r"$\|x_l\|^2/d$ (linear)")
+        ax.set_ylim(bottom=0)
+        flat = [p for p, agg in results["runs"][setting].items() if np.ptp(agg["stream_mean"]) < 1.0]
+        if flat:
+            text = f"flat (normalised stream): {', '.join(flat)}"
+            ax.text(0.5, 0.06, text, transform=ax.transAxes, ha="center", fontsize=6)
+        plotting.legend_outside(ax)
     paths = plotting.save(fig, study.figure_stem("stream_norms"))
-    fig, axes = plotting.figure(ncols=len(settings))
+    fig, axes = plotting.figure(ncols=len(settings), width=5.2)
     for ax, setting in zip(axes, settings, strict=True):
         for placement, agg in results["runs"][setting].items():
             site = agg["norm_inputs"].get("ffn.post")
@@ -151,7 +168,7 @@ def plot(results: dict, study) -> list[str]:
                     color=plotting.color(placement),
                     label=f"{placement} (FFN LN input)",
                 )
-        ax.axhline(bounds["post_ln_input"], **plotting.THEORY_STYLE, label="Lemma 2: 3/2")
+        ax.axhline(bounds["post_ln_input"], **plotting.THEORY_STYLE, label="Lemma 2: $E\\|z\\|^2/d = 3/2$")
         ax.set(title=f"Post-LN-style norm inputs ({setting})", xlabel="layer", ylabel=r"$\|z\|^2/d$")
-        ax.legend(fontsize=7)
+        plotting.legend_outside(ax)
     return paths + plotting.save(fig, study.figure_stem("ln_inputs"))

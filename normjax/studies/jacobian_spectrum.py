@@ -211,20 +211,35 @@ def _style(placement: str) -> dict:
 
 def plot(results: dict, study) -> list[str]:
     depths, runs = results["depths"], results["runs"]
-    fig, axes = plotting.figure(ncols=len(depths))
+    # below the study's resolution a singular value is numerically zero: LayerNorm's null space (the
+    # mean and x directions of every token) and float64 rounding. Such values are drawn at the floor.
+    floor = results["resolution"]
+    fig, axes = plotting.figure(ncols=len(depths), width=4.4, height=3.4)
     for ax, L in zip(axes, depths, strict=True):
+        zeros = []
         for placement, by_depth in runs.items():
             s = np.array(by_depth[str(L)]["io_sv"][0], np.float64)
-            ax.plot(np.arange(1, s.size + 1), np.maximum(s, 1e-20), **_style(placement))
-        ax.axhline(1.0, **plotting.THEORY_STYLE, label="ReZero theory: all 1")
+            zeros += [f"{placement} {int(np.sum(s < floor))}"] if np.any(s < floor) else []
+            ax.plot(np.arange(1, s.size + 1), np.maximum(s, floor), **_style(placement))
+        ax.axhspan(floor / 10, floor, color="grey", alpha=0.2, label=f"< {floor:g}: numerically 0")
+        ax.axhline(1.0, **plotting.THEORY_STYLE, label="ReZero theory:\n" + r"$J = I$, all $\sigma_i = 1$")
         ax.set(
-            title=f"io Jacobian spectrum, L = {L} (seed 0)",
+            title=f"io Jacobian spectrum, L = {L} (seed 0)\nbelow floor: {', '.join(zeros) or 'none'}",
             xlabel="index i (descending)",
             ylabel=r"$\sigma_i(\partial x_L/\partial x_0)$",
             yscale="log",
-            ylim=(1e-20, None),
+            ylim=(floor / 10, None),
         )
-    axes[0].legend(fontsize=7)
+    plotting.legend_outside(axes[-1])
+    fig.text(
+        0.5,
+        0.005,
+        f"values below {floor:g} (the study's resolution) are drawn at {floor:g}: not resolved (LayerNorm's null "
+        f"space, 2 directions per token = {2 * results['seq_len']} here; float64 rounding; deep Post-LN's "
+        "smallest gains)",
+        ha="center",
+        fontsize=7,
+    )
     paths = plotting.save(fig, study.figure_stem("io_spectra"))
     fig, axes = plotting.figure(ncols=1, width=5)
     for placement, by_depth in runs.items():
@@ -233,7 +248,7 @@ def plot(results: dict, study) -> list[str]:
         axes[0].errorbar(
             depths, mean, yerr=std, marker="o", ms=4, capsize=3, color=plotting.color(placement), label=placement
         )
-    axes[0].axhline(0.0, **plotting.THEORY_STYLE, label="ReZero theory: 0")
+    axes[0].axhline(0.0, **plotting.THEORY_STYLE, label=r"ReZero theory: $J = I$, std of $\ln \sigma_i$ = 0")
     axes[0].set(
         title="spread of log singular values (R2)",
         xlabel="layers L",
@@ -266,7 +281,7 @@ def _plot_profiles(results: dict, study) -> list[str]:
             if only is None or placement in only:
                 mean = np.array(get(by_depth[str(L)])["mean"], np.float64)
                 ax.plot(np.arange(mean.size), mean, **_style(placement))
-        ax.axhline(1.0, **plotting.THEORY_STYLE, label="identity")
+        ax.axhline(1.0, **plotting.THEORY_STYLE, label=r"identity: $\|J\| = 1$")
         ax.set(title=f"{title}, L = {L}", xlabel="layer l", ylabel=ylabel, yscale="log")
     axes[0].legend(fontsize=7)
     axes[-1].legend(fontsize=7)

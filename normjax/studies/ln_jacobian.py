@@ -125,14 +125,18 @@ def _lemma2_sigma(ax, bounds, quantity: str):
     """Lemma 2 in units of sigma (or 1/sigma): Post-LN input sqrt(3/2), Pre-LN stream band."""
     l = np.arange(len(bounds["pre_lower"]))
     f = np.sqrt if quantity == "sigma" else (lambda v: 1 / np.sqrt(v))
-    ax.axhline(f(bounds["post_ln_input"]), **plotting.THEORY_STYLE, label="Lemma 2: Post-LN")
+    if quantity == "sigma":  # sigma = sqrt(E||z||^2/d); the LN Jacobian's norm is 1/sigma
+        post, pre = r"$\sqrt{3/2}$", r"$\sqrt{1 + l/2}$ to $\sqrt{1 + 3l/2}$"
+    else:
+        post, pre = r"$1/\sqrt{3/2}$", r"$1/\sqrt{1 + 3l/2}$ to $1/\sqrt{1 + l/2}$"
+    ax.axhline(f(bounds["post_ln_input"]), **plotting.THEORY_STYLE, label=f"Lemma 2, Post-LN input: {post}")
     ax.fill_between(
         l,
         f(np.array(bounds["pre_lower"])),
         f(np.array(bounds["pre_upper"])),
         color="grey",
         alpha=0.2,
-        label="Lemma 2: Pre-LN x_l",
+        label=f"Lemma 2, Pre-LN $x_l$: {pre}",
     )
 
 

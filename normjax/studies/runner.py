@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import jax
 
+from normjax import plotting
 from normjax.io import (
     CorruptFileError,
     FolderLock,
@@ -169,7 +170,20 @@ def run_study(
         study.open_partial()
         start = time.time()
         results = to_jsonable(compute(config, study))
-        figures = plot(results, study)
+        with plotting.style():
+            figures = plot(results, study)
         saved = study.save(results, figures, round(time.time() - start, 1))
     print(f"[{name}] wrote {study.results_path} and {len(figures)} figure files in {saved['wall_time_s']:.0f} s")
     return saved
+
+
+def replot(folder: str, plot: Callable, out: str | None = None) -> list[str]:
+    """Draws a finished study's figures again from its results.json (no compute) into `out` (default: `folder`).
+
+    Returns:
+      The figure paths.
+    """
+    saved = read_json(os.path.join(folder, "results.json"))
+    study = StudyDir(os.path.dirname(folder), saved["experiment"], saved["config"], folder=out or folder)
+    with plotting.style():
+        return plot(saved["results"], study)

@@ -9,7 +9,8 @@ import numpy as np
 
 from normjax import plotting, train
 from normjax.studies.warmup_ablation_verdicts import verdicts
-from normjax.train import records
+from normjax.train import records, tasks
+from normjax.train.job import prepare
 
 
 def run_grid(config, folder: str, shard: tuple[int, int] = (0, 1), progress: bool = True, force: bool = False) -> dict:
@@ -67,6 +68,7 @@ def compute(config, study) -> dict:
         "data_task": config.data.task,
         "num_steps": config.train.num_steps,
         "schedule": config.train.schedule,
+        "unigram_nll": tasks.unigram_nll(prepare(train.expand(config, 1)[0].run)[0].train),
     }
     results["verdicts"] = verdicts(results)
     return results
@@ -104,6 +106,8 @@ def plot(results: dict, study) -> list[str]:
             label=label,
         )
         ax.set(title=f"{r['placement']}, lr {r['lr']:g}", xlabel="step", ylabel="train nll")
+    for ax in axes:
+        plotting.mark_unigram(ax, results)
         ax.legend(fontsize=6)
     paths = plotting.save(fig, study.figure_stem("loss_curves"))
     fig, axes = plotting.figure(ncols=len(placements), width=3.6, height=3.0)
@@ -128,4 +132,6 @@ def plot(results: dict, study) -> list[str]:
         )
         ax.grid(False)
         fig.colorbar(image, ax=ax, shrink=0.8)
+    if results.get("unigram_nll") is not None:
+        fig.suptitle(f"unigram level $H(p)$ = {results['unigram_nll']:.2f} nats per token", fontsize=8)
     return paths + plotting.save(fig, study.figure_stem("heatmap"))

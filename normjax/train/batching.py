@@ -1,6 +1,7 @@
 """Deterministic, fixed-shape batches: bucketed translation pairs and contiguous LM chunks."""
 
 import dataclasses
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -35,7 +36,9 @@ class Seq2SeqBatches:
     Pairs longer than the largest bucket (or empty) are dropped; `num_dropped` counts them.
     """
 
-    def __init__(self, pairs, spec: BatchSpec, seed: int = 0, shuffle: bool = True):
+    def __init__(
+        self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], spec: BatchSpec, seed: int = 0, shuffle: bool = True
+    ):
         lengths = np.array([max(len(s), len(t)) + 1 for s, t in pairs], np.int64)
         nonempty = np.array([len(s) > 0 and len(t) > 0 for s, t in pairs], bool)
         keep = np.flatnonzero(nonempty & (lengths <= max(spec.buckets)))
@@ -87,7 +90,7 @@ class Seq2SeqBatches:
         epoch, i = divmod(pos, self.batches_per_epoch)
         return self._collate(*self._plan(epoch)[i])
 
-    def epoch(self):
+    def epoch(self) -> Iterator[dict[str, np.ndarray]]:
         """Every batch of epoch 0 in order (for evaluation with shuffle=False)."""
         return (self.batch(i) for i in range(self.batches_per_epoch))
 
@@ -131,5 +134,5 @@ class LMBatches:
         mask[: len(chunks)] = True
         return {"tokens": tokens[:, :-1], "targets": tokens[:, 1:], "mask": mask}
 
-    def epoch(self):
+    def epoch(self) -> Iterator[dict[str, np.ndarray]]:
         return (self.batch(i) for i in range(self.batches_per_epoch))

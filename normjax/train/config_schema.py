@@ -111,6 +111,7 @@ class TrainConfig:
     divergence_check_every: int = _f(10, lo=1)
     diag_every: int = _f(0, lo=0)  # 0 = no per-layer diagnostics
     tensorboard: bool = _f(False)
+    wandb_project: str = _f("")  # "" = off; else also log to this Weights & Biases project (needs wandb)
 
 
 @dataclasses.dataclass(frozen=True)

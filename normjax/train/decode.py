@@ -9,7 +9,14 @@ from flax import nnx
 from normjax.train.vocab import BOS, EOS, PAD, Vocab
 
 
-def greedy_decode(graphdef, params, consts, src_BS, src_mask_BS, max_len: int):
+def greedy_decode(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    consts: nnx.State,
+    src_BS: jax.Array,
+    src_mask_BS: jax.Array,
+    max_len: int,
+) -> jax.Array:
     """Greedy translation of a batch, at most `max_len` tokens (eos included), padded after eos.
 
     No KV cache: step t re-runs `model.decode` on the whole prefix, which is simple and, jitted once

@@ -15,7 +15,7 @@ from flax import nnx
 
 import normjax
 from normjax import io
-from normjax.train import decode, records, sharding, steps
+from normjax.train import decode, metric_writers, records, sharding, steps
 from normjax.train.batching import BatchSpec
 from normjax.train.checkpoint import REJECTED, Checkpointer, fingerprint
 from normjax.train.config_io import ConfigError, RunConfig, TrainConfig, divergence_loss, model_config
@@ -173,6 +173,14 @@ class Job:
         self.task, cfg = prepare(run, mesh.size)
         self.main = jax.process_index() == 0
         config = records.to_jsonable(run.to_dict() | {"model": cfg.to_dict()})
+        t = run.train
+        self.log = metric_writers.create_default_writer(  # a missing backend fails here, before any write
+            workdir,
+            tensorboard=t.tensorboard,
+            wandb_project=t.wandb_project,
+            just_logging=not self.main,
+            logged_steps=lambda last: logged_steps(t, last),
+        )
         self.lock = io.FolderLock(workdir) if self.main else None
         try:
             self.done = self._claim(config, force) if self.main else None
@@ -189,8 +197,8 @@ class Job:
         self.spec = step_spec(run, model, self.task.kind)
         state = steps.init_state(self.spec, model, run.train.seed, hparams(run, cfg))
         self.state = sharding.replicate(state, self.mesh)
-        tb = os.path.join(workdir, "tb") if run.train.tensorboard and self.main else None
-        self.log = records.MetricsLog(os.path.join(workdir, "metrics.jsonl"), tb)
+        if self.main:
+            self.log.write_hparams(config)
         ckpt_dir = os.path.join(workdir, "checkpoints")
         self.ckpt = Checkpointer(ckpt_dir, run.train.keep_checkpoints, fingerprint(config))
         self.start, self.last, self.t0 = 0, {}, time.time()
@@ -217,8 +225,7 @@ class Job:
         if latest is not None:
             self.state, _ = self.ckpt.restore(latest, self.state)
         if self.main:
-            last = -1 if latest is None else latest
-            self.log.cut_back(last, logged_steps(self.run.train, last))
+            self.log.rewind(-1 if latest is None else latest)
         self.start = latest or 0
         return self.start
 
@@ -272,7 +279,7 @@ class Job:
         if t.diag_every and step % t.diag_every == 0 and step < t.num_steps:
             rec |= self.diagnostics()
         if len(rec) > 1 and self.main:
-            self.log.append(rec)
+            self.log.write_scalars(step, {k: v for k, v in rec.items() if k != "step"})
         self.last = rec if len(rec) > 1 else self.last
         return rec
 
@@ -282,7 +289,8 @@ class Job:
     def finish(self, step: int, diverged_at: int) -> dict:
         """Writes summary.json (outcome "ok" or "diverged" at a step) and closes the job's files."""
         elapsed = time.time() - self.t0
-        valid = [r["valid/nll"] for r in records.read_jsonl(self.log.path) if r.get("valid/nll") is not None]
+        log = records.read_jsonl(os.path.join(self.workdir, metric_writers.METRICS_FILE))
+        valid = [r["valid/nll"] for r in log if r.get("valid/nll") is not None]
         summary = records.to_jsonable(
             {
                 "outcome": "diverged" if diverged_at >= 0 else "ok",

@@ -1,7 +1,6 @@
-"""Crash-safe result files: atomic JSON, an fsync'd JSONL metrics log, optional TensorBoard."""
+"""Crash-safe result files: atomic JSON and an fsync'd JSONL metrics log (see metric_writers for the rest)."""
 
 import json
-import logging
 import os
 
 from normjax.io import CorruptFileError, disk_full, read_json, to_jsonable, write_json, write_text  # noqa: F401
@@ -61,9 +60,8 @@ def check_steps(path: str, records: list[dict], last_step: int, want: list[int])
 class MetricsLog:
     """metrics.jsonl: one record per logged step, each appended with flush + fsync."""
 
-    def __init__(self, path: str, tensorboard_dir: str | None = None):
+    def __init__(self, path: str):
         self.path = path
-        self.tb = _tensorboard_writer(tensorboard_dir) if tensorboard_dir else None
 
     def cut_back(self, last_step: int, want: list[int]) -> None:
         """Keeps the records up to the checkpoint at `last_step`, which must be exactly the steps `want`.
@@ -96,26 +94,3 @@ class MetricsLog:
             if full := disk_full(self.path, len(line.encode()), e):
                 raise full from None
             raise
-        if self.tb is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
-                    self.tb.add_scalar(key, value, record["step"])
-            self.tb.flush()
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-            self.tb = None
-
-
-def _tensorboard_writer(logdir: str):
-    """A SummaryWriter from tensorboardX or torch if installed (TensorBoard is optional)."""
-    try:
-        from tensorboardX import SummaryWriter
-    except ImportError:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            logging.warning("train.tensorboard: neither tensorboardX nor torch is installed; skipping")
-            return None
-    return SummaryWriter(logdir)

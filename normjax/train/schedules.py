@@ -74,7 +74,7 @@ _BY_NAME: dict[str, Callable] = {
 }
 
 
-def learning_rate(kind: str, step, hparams: Hparams) -> jnp.ndarray:
+def learning_rate(kind: str, step: jnp.ndarray | int, hparams: Hparams) -> jnp.ndarray:
     """Learning rate of update number `step` (0-based count of updates done) under schedule `kind`.
 
     Args:

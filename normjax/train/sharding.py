@@ -1,16 +1,21 @@
 """Data parallelism: a 1-D "data" mesh, replicated state, batches sharded along rows."""
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+T = TypeVar("T")
 
-def data_mesh(devices=None) -> Mesh:
+
+def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A mesh over all (or the given) devices with one axis, "data"."""
     return Mesh(np.asarray(devices if devices is not None else jax.devices()), ("data",))
 
 
-def replicate(tree, mesh: Mesh):
+def replicate(tree: T, mesh: Mesh) -> T:
     """Every leaf copied to every device of the mesh (parameters, optimizer state)."""
     return jax.device_put(tree, NamedSharding(mesh, PartitionSpec()))
 

@@ -168,7 +168,7 @@ def vmapped_train_step(spec: StepSpec, states: TrainState, batches: dict):
     return jax.vmap(lambda state, batch: train_step(spec, state, batch))(states, batches)
 
 
-def eval_step(graphdef, task: str, params, consts, batch: dict) -> dict:
+def eval_step(graphdef: nnx.GraphDef, task: str, params: nnx.State, consts: nnx.State, batch: dict) -> dict:
     """Deterministic masked sums (nll, correct, tokens) over one batch; add them up over batches."""
     model = nnx.merge(graphdef, params, consts)
     sums = token_losses(*forward(model, task, batch), 0.0)
@@ -187,7 +187,7 @@ def _model_inputs(task: str, batch: dict):
     return (batch["tokens"],), {"padding_mask": batch["mask"]}, {"decoder": batch["mask"]}
 
 
-def diagnostics(graphdef, task: str, params, consts, batch: dict) -> dict:
+def diagnostics(graphdef: nnx.GraphDef, task: str, params: nnx.State, consts: nnx.State, batch: dict) -> dict:
     """Gradient norm per layer (all params and FFN weights) and the DeepNet LN-input diagnostic.
 
     Gradients are of the unsmoothed nll without dropout. `norm_input_rms` is, per stack, the largest

@@ -3,13 +3,14 @@
 import dataclasses
 import functools
 
+import numpy as np
 from absl import logging
 
 from normjax.train import data_text
 from normjax.train.batching import BatchSpec, LMBatches, Seq2SeqBatches
 from normjax.train.config_io import DataConfig
 from normjax.train.data_synthetic import SyntheticSpec, make_synthetic
-from normjax.train.vocab import Vocab
+from normjax.train.vocab import EOS, Vocab
 
 
 @dataclasses.dataclass
@@ -83,3 +84,19 @@ def load_task(data: DataConfig, batch: BatchSpec, seed: int, bleu_examples: int 
         strip_bpe=data.task == "iwslt14",
         max_len=data.max_len,
     )
+
+
+def unigram_nll(batches: Seq2SeqBatches | LMBatches) -> float:
+    """Nats per target token when every target is predicted by the split's token frequencies.
+
+    The cross-entropy of a model that ignores its input (the entropy of the unigram distribution): a
+    loss curve that does not go below it has learnt nothing but frequencies. Targets are counted as the
+    losses count them: the token stream (LM) or each target sentence plus its eos (translation).
+    """
+    if isinstance(batches, LMBatches):
+        counts = np.bincount(np.asarray(batches.stream, np.int64).ravel())
+    else:
+        targets = [np.asarray(t, np.int64) for _, t in batches.pairs]
+        counts = np.bincount(np.concatenate(targets + [np.full(len(targets), EOS, np.int64)]))
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
