@@ -1,10 +1,17 @@
 """normjax: where should normalization sit in a residual Transformer block, measured in JAX/Flax NNX."""
 
-from normjax import jacobian
+from normjax import jacobian, registry
 from normjax.blocks import Block, BlockContext
 from normjax.config import NORMS, PLACEMENTS, ModelConfig
-from normjax.init import admin_omega, deepnorm_constants, gpt2_scale, tfixup_scale
-from normjax.model import Transformer
+from normjax.init import (
+    admin_omega,
+    deepnorm_constants,
+    gpt2_scale,
+    subln_gain,
+    tfixup_embedding_scale,
+    tfixup_scale,
+)
+from normjax.model import Transformer, check_token_ids
 from normjax.norms import make_norm
 from normjax.probing import (
     StackProbes,
@@ -32,6 +39,7 @@ __all__ = [
     "admin_omega",
     "block_context",
     "block_fn",
+    "check_token_ids",
     "deepnorm_constants",
     "embed",
     "gpt2_scale",
@@ -42,8 +50,11 @@ __all__ = [
     "probe",
     "probe_stream",
     "profile_admin",
+    "registry",
     "stack_fn",
     "stack_names",
     "sublayer_fn",
+    "subln_gain",
+    "tfixup_embedding_scale",
     "tfixup_scale",
 ]
