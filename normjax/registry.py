@@ -283,13 +283,15 @@ _ENTRIES = (
         "#e7969c",
         {
             "attn": Wiring(placements.sandwich, norms=2, head_scale=True),
-            "cross": Wiring(placements.sandwich, norms=2, head_scale=True),
+            "cross": Wiring(placements.pre),  # fairseq leaves encoder_attn without attn_ln / c_attn
             "ffn": Wiring(placements.pre, inner_norm=True),
         },
         True,
         "attention x = x + N2(F(N1(x))) with per-head scales; FFN x = x + W2 N(act(W1 N1(x)))",
         "Shleifer et al. 2021",
-        "head scales init 1; final norm",
+        "head scales init 1; cross attention Pre-LN; final norm",
+        source="facebookresearch/fairseq fairseq/modules/transformer_layer.py (commit 00b6434), "
+        "TransformerDecoderLayerBase: attn_ln, c_attn, ffn_layernorm",
         studies=ALL_STUDIES,
     ),
 )

@@ -63,7 +63,7 @@ def _expected_sublayer(block, sub, x, records, name):
     if placement == "hybrid":  # HybridNorm's code: attention x + F(x); FFN u = N(x), u + F(u)
         placement = "normed" if sub.name == "ffn" else "tfixup"
     if placement == "normformer":
-        placement = "pre" if sub.name == "ffn" else "sandwich"
+        placement = "sandwich" if sub.name == "attn" else "pre"
     placement = {"peri_ln": "sandwich", "hybrid_first": "pre", "subln": "pre"}.get(placement, placement)
     gate = block.gate[...] if block.gate is not None else (sub.gate[...] if sub.gate is not None else 0)
     return {
