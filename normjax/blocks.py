@@ -48,7 +48,7 @@ class Sublayer(nnx.Module):
         self.norm = make(d) if wiring.norms >= 1 else None
         self.norm2 = make(d) if wiring.norms >= 2 else None
         self.alpha = init.deepnorm_alpha
-        self.omega = nnx.Param(jnp.full((d,), init.admin_omega, pdt)) if placement == "admin" else None
+        self.omega = nnx.Param(jnp.full((d,), init.admin_omega, pdt)) if wiring.omega else None
         gate_shape = {"scalar": None if shared_gate else (), "channel": (d,)}.get(wiring.gate)
         self.gate = None if gate_shape is None else nnx.Param(jnp.full(gate_shape, init.gate_init, pdt))
 
@@ -68,7 +68,7 @@ class Block(nnx.Module):
         entry = registry.get(placement)
         init = block_init(cfg, stack, entry.init(cfg, stack) if entry.init else InitRule())
         init_fn = functools.partial(kernel_init, cfg)
-        shared = placement == "rezero" and not cfg.rezero_per_sublayer
+        shared = entry.shared_gate and not cfg.rezero_per_sublayer
         dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         self.placement, self.dropout_rate = placement, cfg.dropout
         self.gate = nnx.Param(jnp.zeros((), pdt)) if shared else None

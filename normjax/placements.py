@@ -64,6 +64,7 @@ class Wiring:
       inner_norm: a norm inside the branch: before the attention's output projection (self attention only,
         as torchscale's Sub-LN) and after the FFN activation (Sub-LN and NormFormer).
       head_scale: NormFormer's learned per-head scale on the attention heads before the output projection.
+      omega: a learned per-channel weight on the residual (Admin's omega).
     """
 
     fn: Callable
@@ -72,3 +73,4 @@ class Wiring:
     qkv_norm: tuple[str, ...] = ()
     inner_norm: bool = False
     head_scale: bool = False
+    omega: bool = False

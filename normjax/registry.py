@@ -24,6 +24,7 @@ class Placement:
       final_norm: whether a stack ending in this placement gets a final norm (auto mode).
       init: the init rule `(cfg, stack) -> InitRule` (None: the base init).
       embedding_norm: a norm after the embeddings (Peri-LN).
+      shared_gate: one scalar gate per block shared by its sublayers (ReZero; `rezero_per_sublayer` splits it).
       layers: for recipes (mixln, hybrid_star) `(cfg, depth) -> names`, one per-layer placement per block;
         None for a placement that names one wiring per layer.
       formula, notes, reference: the docs table row.
@@ -41,6 +42,7 @@ class Placement:
     notes: str = ""
     init: Callable | None = None
     embedding_norm: bool = False
+    shared_gate: bool = False
     layers: Callable | None = None
     source: str = ""
     studies: tuple[str, ...] = ()
@@ -148,7 +150,7 @@ _ENTRIES = (
         "admin",
         "Admin",
         "#2ca02c",
-        _same(Wiring(placements.admin)),
+        _same(Wiring(placements.admin, omega=True)),
         False,
         "x = N(omega x + F(x))",
         "Liu et al. 2020",
@@ -165,6 +167,7 @@ _ENTRIES = (
         "x = x + alpha F(x)",
         "Bachlechner et al. 2020",
         "alpha = 0, one per layer (or per sublayer); no norm",
+        shared_gate=True,
         studies=ALL_STUDIES,
     ),
     Placement(
