@@ -21,6 +21,7 @@ from normjax.config import PLACEMENTS
         (dict(dropout=1.0), ["dropout", "[0, 1)"]),
         (dict(theory=True, num_heads=4), ["num_heads", "theory", "single-head"]),
         (dict(scan_layers=True, placement="mixln", num_layers=4), ["scan_layers", "one placement"]),
+        (dict(scan_layers=True, placement="hybrid_star", num_layers=3), ["scan_layers", "hybrid_first"]),
         (dict(num_decoder_layers=3), ["num_decoder_layers", "encoder_decoder"]),
         (dict(deepnorm_alpha=-1.0), ["deepnorm_alpha", "positive"]),
         (dict(dtype="float8"), ["dtype", "'float8'", "'bfloat16'"]),
