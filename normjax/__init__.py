@@ -2,11 +2,18 @@
 
 __version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 
-from normjax import jacobian
+from normjax import jacobian, registry
 from normjax.blocks import Block, BlockContext
 from normjax.config import NORMS, PLACEMENTS, ModelConfig
-from normjax.init import admin_omega, deepnorm_constants, gpt2_scale, tfixup_scale
-from normjax.model import Transformer
+from normjax.init import (
+    admin_omega,
+    deepnorm_constants,
+    gpt2_scale,
+    subln_gain,
+    tfixup_embedding_scale,
+    tfixup_scale,
+)
+from normjax.model import Transformer, check_token_ids
 from normjax.norms import make_norm
 from normjax.probing import (
     StackProbes,
@@ -35,6 +42,7 @@ __all__ = [
     "admin_omega",
     "block_context",
     "block_fn",
+    "check_token_ids",
     "deepnorm_constants",
     "embed",
     "gpt2_scale",
@@ -45,8 +53,11 @@ __all__ = [
     "probe",
     "probe_stream",
     "profile_admin",
+    "registry",
     "stack_fn",
     "stack_names",
     "sublayer_fn",
+    "subln_gain",
+    "tfixup_embedding_scale",
     "tfixup_scale",
 ]

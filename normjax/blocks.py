@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from normjax import placements
+from normjax import registry
 from normjax.config import ModelConfig
-from normjax.init import block_init, kernel_init
+from normjax.init import InitRule, block_init, kernel_init
 from normjax.layers import MLP, Attention, dropout
 from normjax.norms import make_norm
 
@@ -25,9 +25,14 @@ class BlockContext:
 
 
 def norm_factory(cfg: ModelConfig):
-    """make_norm with the config's kind, eps, DyT alpha and dtype bound: call it with the width d."""
+    """make_norm with the config's kind, eps, DyT alpha, bias and dtype bound: call it with the width d."""
     return functools.partial(
-        make_norm, cfg.norm, eps=cfg.norm_eps, dyt_alpha=cfg.dyt_alpha, param_dtype=jnp.dtype(cfg.param_dtype)
+        make_norm,
+        cfg.norm,
+        eps=cfg.norm_eps,
+        dyt_alpha=cfg.dyt_alpha,
+        use_bias=cfg.norm_bias,
+        param_dtype=jnp.dtype(cfg.param_dtype),
     )
 
 
@@ -35,7 +40,7 @@ class Sublayer(nnx.Module):
     """A branch F (attention or MLP) and the norms, constants and gate its placement wires around it."""
 
     def __init__(self, cfg: ModelConfig, name: str, placement: str, branch: nnx.Module, init, *, shared_gate: bool):
-        wiring = placements.wiring(placement, name)
+        wiring = registry.get(placement).wiring(name)
         self.name, self.wire = name, wiring.fn
         self.branch = branch
         d, pdt = cfg.d_model, jnp.dtype(cfg.param_dtype)
@@ -43,7 +48,7 @@ class Sublayer(nnx.Module):
         self.norm = make(d) if wiring.norms >= 1 else None
         self.norm2 = make(d) if wiring.norms >= 2 else None
         self.alpha = init.deepnorm_alpha
-        self.omega = nnx.Param(jnp.full((d,), init.admin_omega, pdt)) if placement == "admin" else None
+        self.omega = nnx.Param(jnp.full((d,), init.admin_omega, pdt)) if wiring.omega else None
         gate_shape = {"scalar": None if shared_gate else (), "channel": (d,)}.get(wiring.gate)
         self.gate = None if gate_shape is None else nnx.Param(jnp.full(gate_shape, init.gate_init, pdt))
 
@@ -60,23 +65,26 @@ class Block(nnx.Module):
     """Self attention, cross attention (seq2seq decoder only) and MLP, each a wired Sublayer."""
 
     def __init__(self, cfg: ModelConfig, stack: str, placement: str, *, rngs: nnx.Rngs):
-        init = block_init(cfg, stack, placement)
+        entry = registry.get(placement)
+        init = block_init(cfg, stack, entry.init(cfg, stack) if entry.init else InitRule())
         init_fn = functools.partial(kernel_init, cfg)
-        shared = placement == "rezero" and not cfg.rezero_per_sublayer
+        shared = entry.shared_gate and not cfg.rezero_per_sublayer
         dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         self.placement, self.dropout_rate = placement, cfg.dropout
         self.gate = nnx.Param(jnp.zeros((), pdt)) if shared else None
 
         def attention(name):
-            qkv = placements.wiring(placement, name).qkv_norm
-            norm_kwargs = dict(eps=cfg.norm_eps, dyt_alpha=cfg.dyt_alpha, param_dtype=pdt)
+            wiring = entry.wiring(name)
+            qk = ("q", "k") if cfg.qk_norm else ()
             branch = Attention(
                 cfg.d_model,
                 cfg.num_heads,
-                init.gains,
+                init.of(name),
                 init_fn=init_fn,
-                norm_kind=cfg.norm if qkv else None,
-                norm_kwargs=norm_kwargs,
+                make_norm=norm_factory(cfg),
+                qkv_norm=tuple(r for r in ("q", "k", "v") if r in wiring.qkv_norm or r in qk),
+                inner_norm=wiring.inner_norm,
+                head_scale=wiring.head_scale,
                 dtype=dt,
                 param_dtype=pdt,
                 rngs=rngs,
@@ -88,9 +96,11 @@ class Block(nnx.Module):
         mlp = MLP(
             cfg.d_model,
             cfg.d_ff,
-            init.gains,
+            init.of("ffn"),
             init_fn=init_fn,
             activation=cfg.activation,
+            make_norm=norm_factory(cfg),
+            inner_norm=entry.wiring("ffn").inner_norm,
             dtype=dt,
             param_dtype=pdt,
             rngs=rngs,

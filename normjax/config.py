@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import math
+
+from normjax import registry
+from normjax.norms import NORM_KINDS
 
 ARCHS = ("decoder", "encoder", "encoder_decoder")
-PLACEMENTS = (
-    "post",
-    "pre",
-    "sandwich",
-    "branch_post",
-    "deepnorm",
-    "admin",
-    "rezero",
-    "layerscale",
-    "skipinit",
-    "tfixup",
-    "mixln",
-    "hybrid",
-)
-# Placements that name one wiring per layer (mixln is a recipe that resolves to post/pre per layer).
-LAYER_PLACEMENTS = tuple(p for p in PLACEMENTS if p != "mixln")
-# Placements whose residual stream leaves a block un-normalized, so the stack needs a final norm.
-NEEDS_FINAL_NORM = ("pre", "sandwich", "branch_post", "layerscale")
-NORMS = ("layernorm", "rmsnorm", "dyt", "none")
+PLACEMENTS = registry.PLACEMENTS
+LAYER_PLACEMENTS = registry.LAYER_PLACEMENTS
+NORMS = NORM_KINDS
 ACTIVATIONS = ("relu", "gelu")
 POS_ENCODINGS = ("sinusoidal", "learned")
 BRANCH_SCALINGS = ("none", "gpt2")
@@ -62,10 +48,12 @@ def _check_positive_int(field: str, value):
 class ModelConfig:
     """One Transformer: topology, placement, norm kind and init rules.
 
-    `placement` is a name from PLACEMENTS or a tuple with one name per layer (encoder layers first, then
-    decoder layers, for `encoder_decoder`). Invalid values raise `ValueError` naming the field, the value and
-    the valid choices. `theory=True` is Xiong et al.'s analysis setting: one head, W^Q = W^K = 0, weights
-    N(0, 1/fan_in), zero biases, gamma = 1, beta = 0.
+    `placement` is a name from the placement registry (`normjax.registry`) or a tuple with one name per layer
+    (encoder layers first, then decoder layers, for `encoder_decoder`). `norm_bias=False` drops LayerNorm's and
+    DyT's beta; `qk_norm=True` adds a per-head norm of queries and keys to every attention, whatever the
+    placement; `embedding_norm=True` normalises the embeddings before the first block. Invalid values raise
+    `ValueError` naming the field, the value and the valid choices. `theory=True` is Xiong et al.'s analysis
+    setting: one head, W^Q = W^K = 0, weights N(0, 1/fan_in), zero biases, gamma = 1, beta = 0.
     """
 
     arch: str = "decoder"
@@ -78,6 +66,9 @@ class ModelConfig:
     placement: str | tuple[str, ...] = "pre"
     norm: str = "layernorm"
     norm_eps: float = 1e-5
+    norm_bias: bool = True  # False: LayerNorm / DyT without beta (nanodo, PaLM)
+    qk_norm: bool = False  # per-head norm of queries and keys (Dehghani et al. 2023), any placement
+    embedding_norm: bool = False  # a norm after the embeddings (peri_ln has it by default)
     final_norm: bool | None = None  # None = auto: on when the last layer's placement needs it
     activation: str = "relu"
     dropout: float = 0.0
@@ -114,6 +105,9 @@ class ModelConfig:
             _fail("num_heads", self.num_heads, f"must divide d_model={self.d_model}")
         self._check_placement()
         _check_choice("norm", self.norm, NORMS)
+        for name in ("norm_bias", "qk_norm", "embedding_norm"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, getattr(self, name), "must be True or False")
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
         _check_choice("branch_scaling", self.branch_scaling, BRANCH_SCALINGS)
@@ -189,15 +183,13 @@ class ModelConfig:
         return 3 if self.has_cross_attention(stack) else 2
 
     def layer_placements(self, stack: str) -> tuple[str, ...]:
-        """One placement name per block of `stack` (mixln resolved to post/pre)."""
+        """One placement name per block of `stack` (recipes such as mixln resolved per layer)."""
         depth = self.stack_depth(stack)
         if isinstance(self.placement, tuple):
             offset = self.num_layers if (self.arch == "encoder_decoder" and stack == "decoder") else 0
             return self.placement[offset : offset + depth]
-        if self.placement == "mixln":
-            num_post = math.floor(self.mixln_fraction * depth)
-            return ("post",) * num_post + ("pre",) * (depth - num_post)
-        return (self.placement,) * depth
+        entry = registry.get(self.placement)
+        return entry.layers(self, depth) if entry.is_recipe else (self.placement,) * depth
 
     def has_final_norm(self, stack: str) -> bool:
         """Whether `stack` ends with a norm (auto: the last block leaves the stream un-normalized)."""
@@ -205,7 +197,13 @@ class ModelConfig:
             return False
         if self.final_norm is not None:
             return self.final_norm
-        return self.layer_placements(stack)[-1] in NEEDS_FINAL_NORM
+        return registry.get(self.layer_placements(stack)[-1]).final_norm
+
+    def has_embedding_norm(self, stack: str) -> bool:
+        """Whether `stack`'s embeddings are normalised (the config's switch, or a placement such as peri_ln)."""
+        if self.norm == "none":
+            return False
+        return self.embedding_norm or any(registry.get(p).embedding_norm for p in self.layer_placements(stack))
 
     def replace(self, **changes) -> ModelConfig:
         """A copy with some fields changed (validated again)."""

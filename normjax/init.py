@@ -1,16 +1,20 @@
-"""Placement-specific init constants: DeepNorm alpha/beta, Admin omega, T-Fixup, GPT-2, LayerScale."""
+"""Init rules: the base init and each placement's constants (DeepNorm, Admin, T-Fixup, Sub-LN, LayerScale, GPT-2)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 from flax import nnx
 
-from normjax.config import ModelConfig
+if TYPE_CHECKING:
+    from normjax.config import ModelConfig
 
-# Weights of one block that the init rules scale (names as in layers.py).
-BRANCH_VALUE_WEIGHTS = ("value", "out", "fc1", "fc2")  # DeepNorm beta and T-Fixup scale these
+# Weights of one block that the init rules scale, as "<sublayer>.<weight>" (names as in layers.py).
+ATTENTION_WEIGHTS = ("query", "key", "value", "out")
+FFN_WEIGHTS = ("fc1", "fc2")
+BRANCH_VALUE_WEIGHTS = ("value", "out", "fc1", "fc2")  # DeepNorm beta, T-Fixup and Sub-LN scale these
 BRANCH_OUTPUT_WEIGHTS = ("out", "fc2")  # GPT-2's 1/sqrt(N) scales the projections into the stream
 
 
@@ -42,15 +46,39 @@ def admin_omega(num_sublayers: int) -> float:
 
 
 def tfixup_scale(arch: str, stack: str, num_encoder_layers: int, num_decoder_layers: int) -> float:
-    """T-Fixup's factor on v, w, FFN weights and input embeddings (Huang et al. 2020).
+    """T-Fixup's factor on W^V, W^O and the FFN weights (Huang et al. 2020), as in the authors' code.
 
-    Encoder: 0.67 N^(-1/4). Seq2seq decoder: (9M)^(-1/4). A decoder-only LM has the encoder's two-sublayer
-    blocks, so it takes the encoder rule with N = its depth.
+    layer6ai-labs/T-Fixup `fairseq/modules/transformer_layer.py`: encoder layers 0.67 N^(-1/4) (lines 36-44),
+    decoder layers (9M)^(-1/4) on self and cross attention (lines 162-170). A decoder-only LM is a stack of
+    decoder layers, so it takes the decoder rule with M = its depth; an encoder-only model the encoder rule.
+    (The code's extra sqrt(2) on v_proj undoes fairseq's 1/sqrt(2) Xavier gain on q/k/v; normjax's base
+    init has gain 1 on every projection, so no extra factor here.)
     """
-    if arch == "encoder_decoder" and stack == "decoder":
-        return (9 * num_decoder_layers) ** -0.25
-    depth = num_encoder_layers if arch != "decoder" else num_decoder_layers
-    return 0.67 * depth**-0.25
+    if stack == "encoder":
+        return 0.67 * num_encoder_layers**-0.25
+    return (9 * num_decoder_layers) ** -0.25
+
+
+def tfixup_embedding_scale(arch: str, stack: str, num_encoder_layers: int, num_decoder_layers: int) -> float:
+    """T-Fixup's factor on the input embeddings: (9 L)^(-1/4), L the depth of the stack they feed.
+
+    layer6ai-labs/T-Fixup `fairseq/models/transformer.py` lines 378-381 (encoder, (9N)^(-1/4)) and 604-607
+    (decoder, (9M)^(-1/4)), applied to the N(0, d^-1/2) table before the sqrt(d) embedding scale.
+    """
+    return (9 * (num_encoder_layers if stack == "encoder" else num_decoder_layers)) ** -0.25
+
+
+def subln_gain(arch: str, stack: str, num_encoder_layers: int, num_decoder_layers: int) -> float:
+    """Sub-LN (Magneto, Wang et al. 2022) gain on W^V, W^O and the FFN weights, as in torchscale.
+
+    microsoft/torchscale `torchscale/architecture/encoder.py` lines 254-270: encoder-only sqrt(ln 2N),
+    encoder of an encoder-decoder sqrt(ln(3M) ln(2N) / 3); `decoder.py` lines 300-314: decoder-only
+    sqrt(ln 2M), decoder of an encoder-decoder sqrt(ln 3M) (cross attention left unscaled).
+    """
+    N, M = num_encoder_layers, num_decoder_layers
+    if arch == "encoder_decoder":
+        return math.sqrt(math.log(3 * M) * math.log(2 * N) / 3) if stack == "encoder" else math.sqrt(math.log(3 * M))
+    return math.sqrt(math.log(2 * (N if arch == "encoder" else M)))
 
 
 def gpt2_scale(num_sublayers: int) -> float:
@@ -66,16 +94,31 @@ def cait_layerscale_init(depth: int) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class BlockInit:
-    """What the init rules give one block: weight gains, residual constants, gate init."""
+class InitRule:
+    """What a placement's init rule sets for one block (everything else keeps the base init)."""
 
-    gains: dict  # weight name -> multiplier on the base init's std
+    gains: dict = dataclasses.field(default_factory=dict)  # "<sublayer>.<weight>" -> multiplier
     deepnorm_alpha: float = 1.0
     admin_omega: float = 1.0
     gate_init: float = 0.0  # rezero / skipinit alpha, layerscale lambda
+    embedding_scale: float = 1.0  # multiplier on the embedding table feeding the stack
 
 
-def _depths(cfg: ModelConfig) -> tuple[int, int]:
+@dataclasses.dataclass(frozen=True)
+class BlockInit:
+    """What the init rules give one block: weight gains, residual constants, gate init."""
+
+    gains: dict  # "<sublayer>.<weight>" -> multiplier on the base init's std
+    deepnorm_alpha: float = 1.0
+    admin_omega: float = 1.0
+    gate_init: float = 0.0
+
+    def of(self, sublayer: str) -> dict:
+        """{weight: gain} of one sublayer ("attn", "cross" or "ffn")."""
+        return {k.split(".")[1]: v for k, v in self.gains.items() if k.startswith(f"{sublayer}.")}
+
+
+def depths(cfg: ModelConfig) -> tuple[int, int]:
     """(N, M): encoder and decoder depths as the papers count them for this topology."""
     if cfg.arch == "encoder":
         return cfg.num_layers, 0
@@ -84,39 +127,68 @@ def _depths(cfg: ModelConfig) -> tuple[int, int]:
     return cfg.num_layers, cfg.decoder_layers
 
 
-def block_init(cfg: ModelConfig, stack: str, placement: str) -> BlockInit:
-    """The init of one block of `stack` wired by `placement` under the rules of `cfg`."""
-    N, M = _depths(cfg)
-    num_sublayers = cfg.stack_depth(stack) * cfg.sublayers_per_block(stack)
-    gains = dict.fromkeys(("query", "key") + BRANCH_VALUE_WEIGHTS, 1.0)
+def _branch_gains(factor: float, *, cross: bool = True) -> dict:
+    subs = ("attn", "cross", "ffn") if cross else ("attn", "ffn")
+    return {f"{s}.{w}": factor for s in subs for w in BRANCH_VALUE_WEIGHTS if (w in FFN_WEIGHTS) == (s == "ffn")}
+
+
+def deepnorm_rule(cfg: ModelConfig, stack: str) -> InitRule:
+    """DeepNorm: alpha on the residual, beta on W^V, W^O and the FFN weights (config overrides win)."""
+    alpha, beta = deepnorm_constants(cfg.arch, stack, *depths(cfg))
+    alpha = cfg.deepnorm_alpha if cfg.deepnorm_alpha is not None else alpha
+    beta = cfg.deepnorm_beta if cfg.deepnorm_beta is not None else beta
+    return InitRule(gains=_branch_gains(beta), deepnorm_alpha=alpha)
+
+
+def admin_rule(cfg: ModelConfig, stack: str) -> InitRule:
+    """Admin: omega per channel, closed form over the stack's residual sublayers unless set in the config."""
+    n = cfg.stack_depth(stack) * cfg.sublayers_per_block(stack)
+    return InitRule(admin_omega=cfg.admin_omega if cfg.admin_omega is not None else admin_omega(n))
+
+
+def tfixup_rule(cfg: ModelConfig, stack: str) -> InitRule:
+    """T-Fixup: its factor on W^V, W^O, FFN weights (cross attention included) and the input embeddings."""
+    N, M = depths(cfg)
+    return InitRule(
+        gains=_branch_gains(tfixup_scale(cfg.arch, stack, N, M)),
+        embedding_scale=tfixup_embedding_scale(cfg.arch, stack, N, M),
+    )
+
+
+def subln_rule(cfg: ModelConfig, stack: str) -> InitRule:
+    """Sub-LN: torchscale's gain on W^V, W^O and FFN weights; cross attention keeps the base init."""
+    return InitRule(gains=_branch_gains(subln_gain(cfg.arch, stack, *depths(cfg)), cross=False))
+
+
+def layerscale_rule(cfg: ModelConfig, stack: str) -> InitRule:
+    """LayerScale: lambda from the config or CaiT's rule by depth."""
+    init = cfg.layerscale_init if cfg.layerscale_init is not None else cait_layerscale_init(cfg.stack_depth(stack))
+    return InitRule(gate_init=init)
+
+
+def base_gains(cfg: ModelConfig) -> dict:
+    """Gain 1 on every weight (0 on W^Q, W^K in the theory setting)."""
+    gains = {f"{s}.{w}": 1.0 for s in ("attn", "cross") for w in ATTENTION_WEIGHTS}
+    gains |= {f"ffn.{w}": 1.0 for w in FFN_WEIGHTS}
     if cfg.theory:
-        gains["query"] = gains["key"] = 0.0
-    alpha, omega, gate = 1.0, 1.0, 0.0
-    if placement == "deepnorm":
-        alpha, beta = deepnorm_constants(cfg.arch, stack, N, M)
-        alpha = cfg.deepnorm_alpha if cfg.deepnorm_alpha is not None else alpha
-        beta = cfg.deepnorm_beta if cfg.deepnorm_beta is not None else beta
-        for name in BRANCH_VALUE_WEIGHTS:
-            gains[name] *= beta
-    if placement == "tfixup":
-        for name in BRANCH_VALUE_WEIGHTS:
-            gains[name] *= tfixup_scale(cfg.arch, stack, N, M)
-    if placement == "admin":
-        omega = cfg.admin_omega if cfg.admin_omega is not None else admin_omega(num_sublayers)
-    if placement == "layerscale":
-        gate = cfg.layerscale_init if cfg.layerscale_init is not None else cait_layerscale_init(cfg.stack_depth(stack))
+        for s in ("attn", "cross"):
+            gains[f"{s}.query"] = gains[f"{s}.key"] = 0.0
+    return gains
+
+
+def block_init(cfg: ModelConfig, stack: str, rule: InitRule) -> BlockInit:
+    """The init of one block of `stack` under its placement's rule and the config's branch scaling."""
+    gains = base_gains(cfg)
+    for name, factor in rule.gains.items():
+        gains[name] *= factor
     if cfg.branch_scaling == "gpt2":
-        for name in BRANCH_OUTPUT_WEIGHTS:
-            gains[name] *= gpt2_scale(num_sublayers)
-    return BlockInit(gains=gains, deepnorm_alpha=alpha, admin_omega=omega, gate_init=gate)
-
-
-def embedding_scale(cfg: ModelConfig, stack: str) -> float:
-    """Multiplier on the embedding table's N(0, 1/d) init: T-Fixup's factor, 1 otherwise."""
-    if "tfixup" in cfg.layer_placements(stack):
-        N, M = _depths(cfg)
-        return tfixup_scale(cfg.arch, stack, N, M)
-    return 1.0
+        scale = gpt2_scale(cfg.stack_depth(stack) * cfg.sublayers_per_block(stack))
+        for name in gains:
+            if name.split(".")[1] in BRANCH_OUTPUT_WEIGHTS:
+                gains[name] *= scale
+    return BlockInit(
+        gains=gains, deepnorm_alpha=rule.deepnorm_alpha, admin_omega=rule.admin_omega, gate_init=rule.gate_init
+    )
 
 
 def kernel_init(cfg: ModelConfig, gain: float) -> nnx.Initializer:

@@ -1,12 +1,10 @@
-"""The two branches F of a block: multi-head attention (self / cross, masks, optional QKV-norm) and the MLP."""
+"""The two branches F of a block: multi-head attention (self / cross, masks, optional inner norms) and the MLP."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
-from normjax.norms import make_norm
 
 
 def dropout(x, rate: float, key):
@@ -41,8 +39,11 @@ def attention_bias(key_mask_BS, num_queries: int, num_keys: int, *, causal: bool
 class Attention(nnx.Module):
     """Multi-head scaled dot-product attention with query/key/value/out projections.
 
-    `qkv_norm=True` normalises q, k and v over the model width before attention (HybridNorm's QKV-norm);
-    `record(site, z)` sees every norm input.
+    Optional norms inside the branch, each built by `make_norm(width)`: `qkv_norm` names the roles ("q", "k",
+    "v") normalised per head over d_model / num_heads (QK-norm, HybridNorm's QKV-norm); `inner_norm` normalises
+    the concatenated heads before the output projection (Sub-LN); `head_scale` multiplies each head by a learned
+    scalar initialised to 1 before the output projection (NormFormer). `record(site, z)` sees every per-head
+    norm input (shape (B, T, H, d_model / H)).
     """
 
     def __init__(
@@ -52,8 +53,10 @@ class Attention(nnx.Module):
         gains,
         *,
         init_fn,
-        norm_kind=None,
-        norm_kwargs=None,
+        make_norm=None,
+        qkv_norm=(),
+        inner_norm=False,
+        head_scale=False,
         dtype=jnp.float32,
         param_dtype=jnp.float32,
         rngs,
@@ -64,44 +67,62 @@ class Attention(nnx.Module):
         self.key = _linear(d_model, d_model, init_fn(gains["key"]), **lin)
         self.value = _linear(d_model, d_model, init_fn(gains["value"]), **lin)
         self.out = _linear(d_model, d_model, init_fn(gains["out"]), **lin)
-        self.qkv_norm = (
-            None
-            if norm_kind is None
-            else nnx.Dict({n: make_norm(norm_kind, d_model, **(norm_kwargs or {})) for n in ("q", "k", "v")})
-        )
+        self.qkv_norm = nnx.Dict({n: make_norm(d_model // num_heads) for n in qkv_norm}) if qkv_norm else None
+        self.inner_norm = make_norm(d_model) if inner_norm else None
+        self.head_scale = nnx.Param(jnp.ones((num_heads,), param_dtype)) if head_scale else None
 
     def __call__(self, x_BTD, memory_BSD, bias_B1TS, *, record, dropout_rate=0.0, key=None):
-        q, k, v = self.query(x_BTD), self.key(memory_BSD), self.value(memory_BSD)
-        if self.qkv_norm is not None:
-            q = self.qkv_norm["q"](record("q", q))
-            k = self.qkv_norm["k"](record("k", k))
-            v = self.qkv_norm["v"](record("v", v))
-        B, T, D = q.shape
+        B, T, D = x_BTD.shape
         H = self.num_heads
-        q_BHTK = q.reshape(B, T, H, D // H).transpose(0, 2, 1, 3)
-        k_BHSK = k.reshape(B, -1, H, D // H).transpose(0, 2, 1, 3)
-        v_BHSK = v.reshape(B, -1, H, D // H).transpose(0, 2, 1, 3)
-        logits = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK) / jnp.sqrt(D // H).astype(q.dtype)
+        heads = {
+            "q": self.query(x_BTD).reshape(B, T, H, D // H),
+            "k": self.key(memory_BSD).reshape(B, -1, H, D // H),
+            "v": self.value(memory_BSD).reshape(B, -1, H, D // H),
+        }
+        if self.qkv_norm is not None:
+            for role, norm in self.qkv_norm.items():
+                heads[role] = norm(record(role, heads[role]))
+        q_BHTK, k_BHSK, v_BHSK = (heads[r].transpose(0, 2, 1, 3) for r in ("q", "k", "v"))
+        dt = q_BHTK.dtype
+        logits = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK) / jnp.sqrt(D // H).astype(dt)
         if bias_B1TS is not None:
             logits = logits + bias_B1TS
-        softmax_dtype = jnp.promote_types(q.dtype, jnp.float32)  # never softmax in 16 bits
-        probs = jax.nn.softmax(logits.astype(softmax_dtype), axis=-1).astype(q.dtype)
+        softmax_dtype = jnp.promote_types(dt, jnp.float32)  # never softmax in 16 bits
+        probs = jax.nn.softmax(logits.astype(softmax_dtype), axis=-1).astype(dt)
         probs = dropout(probs, dropout_rate, key)
-        out = jnp.einsum("bhts,bhsk->bhtk", probs, v_BHSK).transpose(0, 2, 1, 3).reshape(B, T, D)
-        return self.out(out)
+        out_BTHK = jnp.einsum("bhts,bhsk->bthk", probs, v_BHSK)
+        if self.head_scale is not None:
+            out_BTHK = out_BTHK * self.head_scale[...].astype(dt)[:, None]
+        out_BTD = out_BTHK.reshape(B, T, D)
+        if self.inner_norm is not None:
+            out_BTD = self.inner_norm(out_BTD)
+        return self.out(out_BTD)
 
 
 class MLP(nnx.Module):
-    """fc2(act(fc1(x))), the position-wise feed-forward branch."""
+    """fc2(act(fc1(x))), the position-wise feed-forward branch; `inner_norm` normalises act(fc1(x)) (Sub-LN)."""
 
     def __init__(
-        self, d_model, d_ff, gains, *, init_fn, activation="relu", dtype=jnp.float32, param_dtype=jnp.float32, rngs
+        self,
+        d_model,
+        d_ff,
+        gains,
+        *,
+        init_fn,
+        activation="relu",
+        make_norm=None,
+        inner_norm=False,
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+        rngs,
     ):
         lin = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.fc1 = _linear(d_model, d_ff, init_fn(gains["fc1"]), **lin)
         self.fc2 = _linear(d_ff, d_model, init_fn(gains["fc2"]), **lin)
         self.activation = activation
+        self.inner_norm = make_norm(d_ff) if inner_norm else None
 
     def __call__(self, x, *, dropout_rate=0.0, key=None):
         act = jax.nn.relu if self.activation == "relu" else jax.nn.gelu
-        return self.fc2(dropout(act(self.fc1(x)), dropout_rate, key))
+        h = dropout(act(self.fc1(x)), dropout_rate, key)
+        return self.fc2(h if self.inner_norm is None else self.inner_norm(h))

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from normjax import registry
 from normjax.blocks import Block, BlockContext, norm_factory
 from normjax.config import ModelConfig
-from normjax.init import embedding_scale
 from normjax.layers import attention_bias, dropout
 
 
@@ -25,11 +25,46 @@ def sinusoidal_positions(max_len: int, d: int) -> np.ndarray:
     return table
 
 
+def embedding_scale(cfg: ModelConfig, stack: str) -> float:
+    """Multiplier on `stack`'s embedding table init: the first one a layer's init rule sets (T-Fixup), else 1."""
+    for placement in cfg.layer_placements(stack):
+        rule = registry.get(placement).init
+        scale = rule(cfg, stack).embedding_scale if rule else 1.0
+        if scale != 1.0:
+            return scale
+    return 1.0
+
+
+def check_token_ids(tokens, vocab_size: int, name: str = "tokens"):
+    """ValueError naming the first id outside [0, vocab_size) of concrete `tokens`; traced values pass.
+
+    Under `jax.jit` ids are not checked (an id of -1 reads the last row, ids >= vocab_size give NaN): check
+    the batch before the jitted call, or wrap the call with `jax.experimental.checkify` (docs/model_api.md).
+    """
+    if isinstance(tokens, jax.core.Tracer):
+        return
+    ids = np.asarray(tokens)
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"{name} must be integer token ids, got dtype {ids.dtype}")
+    bad = (ids < 0) | (ids >= vocab_size)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"{name} holds token id {int(ids[where])} at index {where}: ids must be in [0, {vocab_size}) "
+            f"(vocab_size={vocab_size})"
+        )
+
+
 class Embedder(nnx.Module):
-    """tokens -> sqrt(d) * E[tokens] + positions, E ~ N(0, 1/d) (times T-Fixup's factor where it applies)."""
+    """tokens -> sqrt(d) * E[tokens] + positions, E ~ N(0, 1/d) (times T-Fixup's factor where it applies).
+
+    With an embedding norm (`cfg.embedding_norm` or a placement such as peri_ln) the sum is normalised before
+    dropout, as torchscale's `layernorm_embedding` and x-transformers' `post_emb_norm`.
+    """
 
     def __init__(self, cfg: ModelConfig, stack: str, *, rngs: nnx.Rngs):
         d, pdt = cfg.d_model, jnp.dtype(cfg.param_dtype)
+        self.vocab_size = cfg.vocab_size
         std = d**-0.5 * embedding_scale(cfg, stack)
         self.table = nnx.Embed(
             cfg.vocab_size,
@@ -45,6 +80,7 @@ class Embedder(nnx.Module):
             self.positions = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (cfg.max_len, d), pdt))
         else:
             self.positions = nnx.Variable(jnp.asarray(sinusoidal_positions(cfg.max_len, d), pdt))
+        self.norm = norm_factory(cfg)(d) if cfg.has_embedding_norm(stack) else None
 
     def __call__(self, tokens_BT, key=None):
         shape, max_len = jnp.shape(tokens_BT), self.positions.shape[0]
@@ -53,9 +89,12 @@ class Embedder(nnx.Module):
                 f"tokens must be (batch, length) with batch, length >= 1 and length <= max_len={max_len}; "
                 f"got shape {shape}"
             )
+        check_token_ids(tokens_BT, self.vocab_size)
         T = shape[1]
         x = self.table(tokens_BT) * self.scale
         x = x + self.positions[:T].astype(x.dtype)
+        if self.norm is not None:
+            x = self.norm(x)
         return dropout(x, self.dropout_rate, key)
 
 

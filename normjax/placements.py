@@ -1,6 +1,6 @@
-"""Placements: one small wiring per placement of the norm around a residual branch F, and the registry.
+"""Wirings: how a placement puts the norm N around one residual branch F (the registry names them).
 
-Every wiring has the signature `wire(s, x, F, rec, gate)`: `s` is the Sublayer (its norms `s.norm`,
+Every wiring function has the signature `wire(s, x, F, rec, gate)`: `s` is the Sublayer (its norms `s.norm`,
 `s.norm2` and constants), `x` the residual stream, `F` the branch, `rec(role, z)` records a norm input and
 returns it, `gate` the learnable scalar or per-channel multiplier where the placement has one.
 """
@@ -19,7 +19,7 @@ def pre(s, x, F, rec, gate):  # x = x + F(N(x))
     return x + F(s.norm(rec("pre", x)))
 
 
-def sandwich(s, x, F, rec, gate):  # Peri-LN / Sandwich-LN: x = x + N2(F(N1(x)))
+def sandwich(s, x, F, rec, gate):  # Sandwich-LN / Peri-LN: x = x + N2(F(N1(x)))
     return x + s.norm2(rec("branch", F(s.norm(rec("pre", x)))))
 
 
@@ -35,7 +35,7 @@ def admin(s, x, F, rec, gate):  # Liu 2020: x = N(omega * x + F(x)), omega per c
     return s.norm(rec("post", s.omega[...].astype(x.dtype) * x + F(x)))
 
 
-def rezero(s, x, F, rec, gate):  # Bachlechner 2020 (and SkipInit, De & Smith 2020): x = x + alpha F(x)
+def gated_residual(s, x, F, rec, gate):  # ReZero / SkipInit: x = x + alpha F(x)
     return x + gate * F(x)
 
 
@@ -47,42 +47,30 @@ def plain_residual(s, x, F, rec, gate):  # T-Fixup (no norm) and HybridNorm's at
     return x + F(x)
 
 
+def normed_residual(s, x, F, rec, gate):  # HybridNorm's FFN: u = N(x); x = u + F(u)
+    u = s.norm(rec("pre", x))
+    return u + F(u)
+
+
 @dataclasses.dataclass(frozen=True)
 class Wiring:
-    """How one placement wires a sublayer: the function, its norms, its gate."""
+    """How one sublayer is wired: the function, its norms, its gate and the norms inside the branch.
+
+    Attributes:
+      fn: the wiring function.
+      norms: norms around the branch (0, 1 or 2: `s.norm`, `s.norm2`).
+      gate: "none", "scalar" or "channel".
+      qkv_norm: attention roles ("q", "k", "v") normalised per head inside the branch.
+      inner_norm: a norm inside the branch: before the attention's output projection (self attention only,
+        as torchscale's Sub-LN) and after the FFN activation (Sub-LN and NormFormer).
+      head_scale: NormFormer's learned per-head scale on the attention heads before the output projection.
+      omega: a learned per-channel weight on the residual (Admin's omega).
+    """
 
     fn: Callable
-    norms: int = 1  # how many norms around the branch (0, 1 or 2)
-    gate: str = "none"  # "none", "scalar" or "channel"
-    qkv_norm: bool = False  # attention normalises q, k, v inside the branch
-
-
-WIRINGS = {
-    "post": Wiring(post),
-    "pre": Wiring(pre),
-    "sandwich": Wiring(sandwich, norms=2),
-    "branch_post": Wiring(branch_post),
-    "deepnorm": Wiring(deepnorm),
-    "admin": Wiring(admin),
-    "rezero": Wiring(rezero, norms=0, gate="scalar"),
-    "skipinit": Wiring(rezero, norms=0, gate="scalar"),
-    "layerscale": Wiring(layerscale, gate="channel"),
-    "tfixup": Wiring(plain_residual, norms=0),
-}
-# HybridNorm (Zhuo 2025) wires attention and FFN differently: QKV-norm inside attention, Post-LN on the FFN.
-HYBRID = {
-    "attn": Wiring(plain_residual, norms=0, qkv_norm=True),
-    "cross": Wiring(plain_residual, norms=0, qkv_norm=True),
-    "ffn": WIRINGS["post"],
-}
-
-
-def wiring(placement: str, sublayer: str) -> Wiring:
-    """The wiring of `sublayer` ("attn", "cross" or "ffn") in a block with `placement`."""
-    if placement == "hybrid":
-        return HYBRID[sublayer]
-    if placement not in WIRINGS:
-        raise ValueError(
-            f"unknown per-layer placement {placement!r}: valid choices are {', '.join(sorted(WIRINGS) + ['hybrid'])}"
-        )
-    return WIRINGS[placement]
+    norms: int = 1
+    gate: str = "none"
+    qkv_norm: tuple[str, ...] = ()
+    inner_norm: bool = False
+    head_scale: bool = False
+    omega: bool = False

@@ -20,20 +20,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-PLACEMENT_COLORS = {
-    "post": "#d62728",
-    "pre": "#1f77b4",
-    "sandwich": "#9467bd",
-    "branch_post": "#8c564b",
-    "deepnorm": "#ff7f0e",
-    "admin": "#2ca02c",
-    "rezero": "#17becf",
-    "layerscale": "#bcbd22",
-    "skipinit": "#7f7f7f",
-    "tfixup": "#e377c2",
-    "mixln": "#393b79",
-    "hybrid": "#637939",
-}
+from normjax.registry import REGISTRY  # noqa: E402
+
+PLACEMENT_COLORS = {name: p.color for name, p in REGISTRY.items()}
 THEORY_STYLE = dict(color="black", linestyle="--", linewidth=1.2)
 
 

@@ -21,9 +21,14 @@ from normjax.config import PLACEMENTS
         (dict(dropout=1.0), ["dropout", "[0, 1)"]),
         (dict(theory=True, num_heads=4), ["num_heads", "theory", "single-head"]),
         (dict(scan_layers=True, placement="mixln", num_layers=4), ["scan_layers", "one placement"]),
+        (dict(scan_layers=True, placement="hybrid_star", num_layers=3), ["scan_layers", "hybrid_first"]),
         (dict(num_decoder_layers=3), ["num_decoder_layers", "encoder_decoder"]),
         (dict(deepnorm_alpha=-1.0), ["deepnorm_alpha", "positive"]),
         (dict(dtype="float8"), ["dtype", "'float8'", "'bfloat16'"]),
+        (dict(norm="scale_norm"), ["norm", "'scale_norm'", "'scalenorm'"]),
+        (dict(qk_norm="yes"), ["qk_norm", "'yes'", "True or False"]),
+        (dict(norm_bias=0), ["norm_bias", "True or False"]),
+        (dict(num_layers=2, placement=("pre", "hybrid_star")), ["placement", "'hybrid_star'"]),
     ],
 )
 def test_invalid_values_raise_naming_field_value_and_choices(fields, words):
@@ -49,7 +54,9 @@ def test_per_layer_tuple_splits_encoder_then_decoder():
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_final_norm_is_automatic_by_placement(placement):
     cfg = normjax.ModelConfig(num_layers=4, placement=placement)
-    expected = placement in ("pre", "sandwich", "branch_post", "layerscale", "mixln")
+    # The stream leaves these un-normalized (HybridNorm's code ends with ln_f too): they get a final norm.
+    with_final = ("pre", "sandwich", "peri_ln", "branch_post", "layerscale", "mixln", "hybrid", "hybrid_first")
+    expected = placement in with_final + ("hybrid_star", "subln", "normformer")
     assert cfg.has_final_norm("decoder") is expected
     assert cfg.replace(final_norm=not expected).has_final_norm("decoder") is (not expected)
     assert cfg.replace(norm="none").has_final_norm("decoder") is False

@@ -31,8 +31,14 @@ def test_admin_closed_form_omega():
 
 
 def test_tfixup_and_gpt2_factors():
+    # layer6ai-labs/T-Fixup: encoder layers 0.67 N^(-1/4), decoder layers (9M)^(-1/4), embeddings (9L)^(-1/4).
     assert normjax.tfixup_scale("encoder_decoder", "encoder", 6, 6) == pytest.approx(0.67 * 6**-0.25)
     assert normjax.tfixup_scale("encoder_decoder", "decoder", 6, 6) == pytest.approx(54**-0.25)
+    assert normjax.tfixup_scale("encoder", "encoder", 6, 0) == pytest.approx(0.67 * 6**-0.25)
+    assert normjax.tfixup_scale("decoder", "decoder", 0, 6) == pytest.approx(54**-0.25)  # not the encoder rule
+    for arch, stack, n, m in (("encoder", "encoder", 6, 0), ("decoder", "decoder", 0, 6)):
+        assert normjax.tfixup_embedding_scale(arch, stack, n, m) == pytest.approx(0.3689, abs=1e-4)  # 54^(-1/4)
+    assert normjax.tfixup_embedding_scale("encoder_decoder", "encoder", 12, 6) == pytest.approx(108**-0.25)
     assert normjax.gpt2_scale(24) == pytest.approx(1 / math.sqrt(24))
     assert [cait_layerscale_init(d) for d in (12, 24, 36)] == [0.1, 1e-5, 1e-6]
 
@@ -72,14 +78,33 @@ def test_encoder_decoder_deepnorm_uses_each_halfs_constants():
     )
 
 
-def test_tfixup_scales_branches_and_embeddings():
-    cfg = normjax.ModelConfig(arch="encoder_decoder", placement="tfixup", **WIDE)
-    model = normjax.Transformer(cfg, rngs=nnx.Rngs(0))
-    for stack in ("encoder", "decoder"):
-        factor = normjax.tfixup_scale("encoder_decoder", stack, 6, 6)
-        assert _std(model.stacks[stack].block(0), "ffn/branch/fc1") == pytest.approx(factor * XAVIER, rel=0.02)
+@pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
+def test_tfixup_scales_branches_and_embeddings(arch):
+    model = normjax.Transformer(normjax.ModelConfig(arch=arch, placement="tfixup", **WIDE), rngs=nnx.Rngs(0))
+    for stack in model.cfg.stacks:
+        layer = 0.67 * 6**-0.25 if stack == "encoder" else 54**-0.25
+        block = model.stacks[stack].block(0)
+        for path in ("ffn/branch/fc1", "ffn/branch/fc2", "attn/branch/value", "attn/branch/out"):
+            assert _std(block, path) == pytest.approx(layer * XAVIER, rel=0.02), path
+        assert _std(block, "attn/branch/query") == pytest.approx(XAVIER, rel=0.02)
         table = model.embedders[stack].table.embedding[...]
-        assert float(jnp.std(table)) == pytest.approx(factor / 16, rel=0.05)  # d^-1/2 = 1/16
+        assert float(jnp.std(table)) == pytest.approx(54**-0.25 / 16, rel=0.05)  # (9 * 6)^(-1/4) d^-1/2
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
+def test_subln_gain_follows_torchscale(arch):
+    model = normjax.Transformer(normjax.ModelConfig(arch=arch, placement="subln", **WIDE), rngs=nnx.Rngs(0))
+    for stack in model.cfg.stacks:
+        gain = {  # torchscale architecture/encoder.py 254-270, decoder.py 300-314, N = M = 6
+            "decoder": math.sqrt(math.log(12)),
+            "encoder": math.sqrt(math.log(12)),
+            "encoder_decoder": math.sqrt(math.log(18) * math.log(12) / 3 if stack == "encoder" else math.log(18)),
+        }[arch]
+        block = model.stacks[stack].block(1)
+        for path in ("ffn/branch/fc1", "ffn/branch/fc2", "attn/branch/value", "attn/branch/out"):
+            assert _std(block, path) == pytest.approx(gain * XAVIER, rel=0.02), path
+        if block.cross is not None:  # torchscale leaves encoder_attn unscaled
+            assert _std(block, "cross/branch/value") == pytest.approx(XAVIER, rel=0.02)
 
 
 def test_gpt2_scaling_touches_only_the_projections_into_the_stream():

@@ -9,7 +9,7 @@ from model_fixtures import model_inputs, tiny_model
 
 import normjax
 from normjax.blocks import BlockContext
-from normjax.config import NORMS, PLACEMENTS
+from normjax.config import LAYER_PLACEMENTS, NORMS, PLACEMENTS
 
 
 def _np_layernorm(z, p, prefix, eps=1e-5):
@@ -60,8 +60,11 @@ def _expected_sublayer(block, sub, x, records, name):
     """The placement's formula applied to the branch output that the block recorded."""
     out = records[f"{sub.name}.out"]
     placement = block.placement
-    if placement == "hybrid":
-        placement = "post" if sub.name == "ffn" else "tfixup"
+    if placement == "hybrid":  # HybridNorm's code: attention x + F(x); FFN u = N(x), u + F(u)
+        placement = "normed" if sub.name == "ffn" else "tfixup"
+    if placement == "normformer":
+        placement = "sandwich" if sub.name == "attn" else "pre"
+    placement = {"peri_ln": "sandwich", "hybrid_first": "pre", "subln": "pre"}.get(placement, placement)
     gate = block.gate[...] if block.gate is not None else (sub.gate[...] if sub.gate is not None else 0)
     return {
         "post": lambda: sub.norm(x + out),
@@ -74,10 +77,11 @@ def _expected_sublayer(block, sub, x, records, name):
         "skipinit": lambda: x + gate * out,
         "layerscale": lambda: x + gate * out,
         "tfixup": lambda: x + out,
+        "normed": lambda: sub.norm(x) + out,
     }[placement]()
 
 
-@pytest.mark.parametrize("placement", [p for p in PLACEMENTS if p != "mixln"])
+@pytest.mark.parametrize("placement", LAYER_PLACEMENTS)
 @pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
 def test_each_sublayer_follows_its_placement_formula(placement, arch):
     model = tiny_model(arch=arch, placement=placement, layerscale_init=0.3)
@@ -94,12 +98,13 @@ def test_each_sublayer_follows_its_placement_formula(placement, arch):
         records = {}
         y = block.apply_sublayer(sub, x, ctx, records)
         np.testing.assert_allclose(y, _expected_sublayer(block, sub, x, records, sub.name), rtol=1e-5, atol=1e-5)
-        if placement in ("pre", "sandwich", "layerscale"):
+        if placement in ("pre", "sandwich", "peri_ln", "layerscale", "subln", "normformer", "hybrid_first"):
             np.testing.assert_array_equal(records[f"{sub.name}.pre"], x)
         if placement in ("post", "deepnorm", "admin"):
             assert f"{sub.name}.post" in records
-        if placement == "hybrid" and sub.name != "ffn":
+        if placement in ("hybrid", "hybrid_first") and sub.name != "ffn":
             assert {f"{sub.name}.q", f"{sub.name}.k", f"{sub.name}.v"} <= set(records)
+            assert records[f"{sub.name}.q"].shape[-2:] == (2, 8)  # per head: (H, d_model / H)
         x = y
 
 
@@ -148,14 +153,24 @@ def test_mixln_wires_post_then_pre():
     assert "ffn.pre" in probes["decoder"].norm_inputs[1]
 
 
-@pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
-@pytest.mark.parametrize("norm", NORMS)
-@pytest.mark.parametrize("placement", PLACEMENTS)
-def test_every_placement_norm_arch_builds_and_is_finite(placement, norm, arch):
-    model = tiny_model(arch=arch, placement=placement, norm=norm, num_layers=4)
+def _builds(arch, **fields):
+    model = tiny_model(arch=arch, num_layers=4, **fields)
     logits = model(*model_inputs(model.cfg))
     assert logits.shape == (2, 6 if arch == "encoder_decoder" else 5, 23)
     assert bool(jnp.isfinite(logits).all())
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_every_placement_builds_in_every_arch_and_is_finite(placement, arch):
+    _builds(arch, placement=placement, norm="rmsnorm" if placement == "hybrid" else "layernorm")
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("placement", ["post", "pre", "normformer", "hybrid_star"])
+def test_every_norm_kind_builds_with_placements_and_options(placement, norm, arch):
+    _builds(arch, placement=placement, norm=norm, qk_norm=True, norm_bias=False, embedding_norm=True)
 
 
 def test_block_context_defaults_to_causal_for_decoder_blocks():

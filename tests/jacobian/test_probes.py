@@ -49,12 +49,19 @@ SITE_MODULES = {
         "attn.q": "attn/qkv_norm/q",
         "attn.k": "attn/qkv_norm/k",
         "attn.v": "attn/qkv_norm/v",
-        "ffn.post": "ffn/norm",
+        "ffn.pre": "ffn/norm",  # HybridNorm normalises the FFN input (its output is the residual)
     },
 }
 
 
-@pytest.mark.parametrize("placement", sorted(SITE_MODULES))
+PER_HEAD = pytest.mark.xfail(
+    strict=True, reason="HybridNorm's QKV norms act per head: probes.norm_sites must reduce (B, T, H) sites per token"
+)
+
+
+@pytest.mark.parametrize(
+    "placement", [pytest.param(p, marks=PER_HEAD) if p == "hybrid" else p for p in sorted(SITE_MODULES)]
+)
 def test_norm_sites_read_each_norms_own_scale(placement, helpers):
     # A distinct constant gamma per norm module makes ||J|| sigma = |gamma| exactly (one token).
     model = helpers.model(placement=placement)

@@ -6,6 +6,7 @@ python -m experiments.deep_training --config=experiments/configs/deep_training.p
 import ml_collections
 
 from normjax.experiments.configs import preset
+from normjax.registry import study_placements
 
 
 def _base():
@@ -31,7 +32,7 @@ def _base():
 
 def _paper():
     c = _base()
-    c.runs = ("post", "pre", "deepnorm", "admin", "rezero", "tfixup")
+    c.runs = study_placements("deep_training") + ("pre:scalenorm",)
     c.depths = (6, 12, 18, 24, 50, 100)
     c.side_runs, c.side_depths = ("pre:dyt",), (6, 24, 100)
     c.lr, c.num_steps, c.batch_size, c.seq_len = 5e-4, 2000, 64, 128

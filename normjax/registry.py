@@ -1,0 +1,323 @@
+"""The placement registry: one entry per placement with its wiring, norms, gate, final-norm and init rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from normjax import init, placements
+from normjax.placements import Wiring
+
+SUBLAYERS = ("attn", "cross", "ffn")
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """One placement of the norm in a residual block.
+
+    Attributes:
+      name: the `ModelConfig.placement` value.
+      label: display name in figures and tables.
+      color: its colour in every figure.
+      wirings: {"attn", "cross", "ffn"} -> Wiring.
+      final_norm: whether a stack ending in this placement gets a final norm (auto mode).
+      init: the init rule `(cfg, stack) -> InitRule` (None: the base init).
+      embedding_norm: a norm after the embeddings (Peri-LN).
+      shared_gate: one scalar gate per block shared by its sublayers (ReZero; `rezero_per_sublayer` splits it).
+      layers: for recipes (mixln, hybrid_star) `(cfg, depth) -> names`, one per-layer placement per block;
+        None for a placement that names one wiring per layer.
+      formula, notes, reference: the docs table row.
+      source: the authors' code it was checked against (file and lines), where there is one.
+      studies: the studies whose `:paper` preset includes it.
+    """
+
+    name: str
+    label: str
+    color: str
+    wirings: dict
+    final_norm: bool
+    formula: str
+    reference: str
+    notes: str = ""
+    init: Callable | None = None
+    embedding_norm: bool = False
+    shared_gate: bool = False
+    layers: Callable | None = None
+    source: str = ""
+    studies: tuple[str, ...] = ()
+
+    def wiring(self, sublayer: str) -> Wiring:
+        """The wiring of `sublayer` ("attn", "cross" or "ffn")."""
+        return self.wirings[sublayer]
+
+    @property
+    def is_recipe(self) -> bool:
+        """True when the placement resolves to other placements per layer (it cannot appear in a tuple)."""
+        return self.layers is not None
+
+
+def _same(w: Wiring) -> dict:
+    return dict.fromkeys(SUBLAYERS, w)
+
+
+def _mixln_layers(cfg, depth):
+    num_post = math.floor(cfg.mixln_fraction * depth)
+    return ("post",) * num_post + ("pre",) * (depth - num_post)
+
+
+def _hybrid_star_layers(cfg, depth):
+    return ("hybrid_first",) + ("hybrid",) * (depth - 1)
+
+
+ALL_STUDIES = ("hidden_norms", "jacobian_spectrum", "grad_norms_at_init", "deep_training")
+_HYBRID_CODE = (
+    "BryceZhuo/HybridNorm dense_model/olmo/model.py: per-head q/k/v norms of size d_model // n_heads (lines 449-466, "
+    "applied per head at 668-673), FFN `og_x = N(x); x = og_x + FFN(og_x)` with ffn_residual_after_norm (870-891), "
+    "final norm ln_f (1517); config dense_model/configs/exps/1.2B-dense-HybriedNorm.yaml"
+)
+_QKV = ("q", "k", "v")
+
+_ENTRIES = (
+    Placement(
+        "post",
+        "Post-LN",
+        "#d62728",
+        _same(Wiring(placements.post)),
+        final_norm=False,
+        formula="x = N(x + F(x))",
+        reference="Vaswani et al. 2017",
+        notes="original Transformer",
+        studies=ALL_STUDIES,
+    ),
+    Placement(
+        "pre",
+        "Pre-LN",
+        "#1f77b4",
+        _same(Wiring(placements.pre)),
+        final_norm=True,
+        formula="x = x + F(N(x))",
+        reference="Xiong et al. 2020",
+        notes="final norm before the head",
+        studies=ALL_STUDIES,
+    ),
+    Placement(
+        "sandwich",
+        "Sandwich-LN",
+        "#9467bd",
+        _same(Wiring(placements.sandwich, norms=2)),
+        final_norm=True,
+        formula="x = x + N2(F(N1(x)))",
+        reference="Ding et al. 2021",
+        notes="Sandwich-LN; final norm; no embedding norm (that is `peri_ln`)",
+        studies=("hidden_norms", "jacobian_spectrum", "grad_norms_at_init"),
+    ),
+    Placement(
+        "peri_ln",
+        "Peri-LN",
+        "#c5b0d5",
+        _same(Wiring(placements.sandwich, norms=2)),
+        final_norm=True,
+        formula="x = x + N2(F(N1(x))), x_0 = N(embeddings)",
+        reference="Kim et al. 2025",
+        notes="`sandwich` plus a norm after the embeddings, and a final norm",
+        embedding_norm=True,
+        studies=("hidden_norms", "jacobian_spectrum", "grad_norms_at_init"),
+    ),
+    Placement(
+        "branch_post",
+        "branch-post",
+        "#8c564b",
+        _same(Wiring(placements.branch_post)),
+        final_norm=True,
+        formula="x = x + N(F(x))",
+        reference="praxis",
+        notes='praxis\' "post"; not Post-LN',
+    ),
+    Placement(
+        "deepnorm",
+        "DeepNorm",
+        "#ff7f0e",
+        _same(Wiring(placements.deepnorm)),
+        final_norm=False,
+        formula="x = N(alpha x + F(x))",
+        reference="Wang et al. 2022",
+        notes="beta-scaled Xavier init of FFN, W^V, W^O; alpha, beta per topology",
+        init=init.deepnorm_rule,
+        studies=ALL_STUDIES,
+    ),
+    Placement(
+        "admin",
+        "Admin",
+        "#2ca02c",
+        _same(Wiring(placements.admin, omega=True)),
+        final_norm=False,
+        formula="x = N(omega x + F(x))",
+        reference="Liu et al. 2020",
+        notes="omega closed form sqrt((N+1)/ln(N+1) - 1) or profiled (`normjax.profile_admin`)",
+        init=init.admin_rule,
+        studies=ALL_STUDIES,
+    ),
+    Placement(
+        "rezero",
+        "ReZero",
+        "#17becf",
+        _same(Wiring(placements.gated_residual, norms=0, gate="scalar")),
+        final_norm=False,
+        formula="x = x + alpha F(x)",
+        reference="Bachlechner et al. 2020",
+        notes="alpha = 0, one per layer (or per sublayer); no norm",
+        shared_gate=True,
+        studies=ALL_STUDIES,
+    ),
+    Placement(
+        "skipinit",
+        "SkipInit",
+        "#7f7f7f",
+        _same(Wiring(placements.gated_residual, norms=0, gate="scalar")),
+        final_norm=False,
+        formula="x = x + alpha F(x)",
+        reference="De & Smith 2020",
+        notes="scalar alpha = 0 per sublayer; no norm",
+    ),
+    Placement(
+        "layerscale",
+        "LayerScale",
+        "#bcbd22",
+        _same(Wiring(placements.layerscale, gate="channel")),
+        final_norm=True,
+        formula="x = x + lambda F(N(x))",
+        reference="Touvron et al. 2021",
+        notes="per-channel lambda, CaiT's init by depth",
+        init=init.layerscale_rule,
+    ),
+    Placement(
+        "tfixup",
+        "T-Fixup",
+        "#e377c2",
+        _same(Wiring(placements.plain_residual, norms=0)),
+        final_norm=False,
+        formula="x = x + F(x)",
+        reference="Huang et al. 2020",
+        notes="no norm; W^V, W^O, FFN times 0.67 N^(-1/4) (encoder layers) or (9M)^(-1/4) (decoder layers, "
+        "decoder-only included); input embeddings times (9L)^(-1/4)",
+        init=init.tfixup_rule,
+        source="layer6ai-labs/T-Fixup fairseq/models/transformer.py lines 378-381, 604-607 (embeddings); "
+        "fairseq/modules/transformer_layer.py lines 31-44, 157-170 (layers)",
+        studies=("deep_training",),
+    ),
+    Placement(
+        "mixln",
+        "Mix-LN",
+        "#393b79",
+        {},
+        final_norm=False,
+        formula="post for the first quarter of layers, pre after",
+        reference="Li et al. 2024",
+        notes="per-layer placement",
+        layers=_mixln_layers,
+        studies=("grad_norms_at_init",),
+    ),
+    Placement(
+        "hybrid",
+        "HybridNorm",
+        "#637939",
+        {
+            "attn": Wiring(placements.plain_residual, norms=0, qkv_norm=_QKV),
+            "cross": Wiring(placements.plain_residual, norms=0, qkv_norm=_QKV),
+            "ffn": Wiring(placements.normed_residual),
+        },
+        final_norm=True,
+        formula="attention x = x + F(x) with per-head QKV-norm inside; FFN u = N(x), x = u + F(u)",
+        reference="Zhuo et al. 2025",
+        notes="final norm",
+        source=_HYBRID_CODE,
+        studies=ALL_STUDIES,
+    ),
+    Placement(
+        "hybrid_first",
+        "HybridNorm* first block",
+        "#8ca252",
+        {
+            "attn": Wiring(placements.pre, qkv_norm=_QKV),
+            "cross": Wiring(placements.pre, qkv_norm=_QKV),
+            "ffn": Wiring(placements.pre),
+        },
+        final_norm=True,
+        formula="x = x + F(N(x)) with per-head QKV-norm in attention",
+        reference="Zhuo et al. 2025",
+        notes="HybridNorm*'s first block (Pre-Norm + QKV-norm)",
+        source="BryceZhuo/HybridNorm README.md (norm_pos_special_config \"_{0:{'attn_norm':True,'ffn_residual':"
+        'False}}_"), applied in dense_model/olmo/model.py lines 474-486',
+    ),
+    Placement(
+        "hybrid_star",
+        "HybridNorm*",
+        "#b5cf6b",
+        {},
+        final_norm=True,
+        formula="`hybrid_first` for block 0, `hybrid` after",
+        reference="Zhuo et al. 2025",
+        notes="per-layer placement; final norm",
+        layers=_hybrid_star_layers,
+        studies=("hidden_norms", "grad_norms_at_init"),
+    ),
+    Placement(
+        "subln",
+        "Sub-LN",
+        "#ad494a",
+        {
+            "attn": Wiring(placements.pre, inner_norm=True),
+            "cross": Wiring(placements.pre),
+            "ffn": Wiring(placements.pre, inner_norm=True),
+        },
+        final_norm=True,
+        formula="x = x + F(N(x)), F with a norm before W^O (self attention) and after the FFN activation",
+        reference="Wang et al. 2022 (Magneto)",
+        notes="W^V, W^O, FFN times sqrt(ln 2L) (sqrt(ln 3M), sqrt(ln(3M) ln(2N)/3) in encoder-decoders)",
+        init=init.subln_rule,
+        source="microsoft/torchscale torchscale/component/multihead_attention.py lines 49-53, 166-167; "
+        "feedforward_network.py lines 123, 137-138; architecture/encoder.py lines 254-270, decoder.py 300-314",
+        studies=ALL_STUDIES,
+    ),
+    Placement(
+        "normformer",
+        "NormFormer",
+        "#e7969c",
+        {
+            "attn": Wiring(placements.sandwich, norms=2, head_scale=True),
+            "cross": Wiring(placements.pre),  # fairseq leaves encoder_attn without attn_ln / c_attn
+            "ffn": Wiring(placements.pre, inner_norm=True),
+        },
+        final_norm=True,
+        formula="attention x = x + N2(F(N1(x))) with per-head scales; FFN x = x + W2 N(act(W1 N1(x)))",
+        reference="Shleifer et al. 2021",
+        notes="head scales init 1; cross attention Pre-LN; final norm",
+        source="facebookresearch/fairseq fairseq/modules/transformer_layer.py (commit 00b6434), "
+        "TransformerDecoderLayerBase: attn_ln, c_attn, ffn_layernorm",
+        studies=ALL_STUDIES,
+    ),
+)
+REGISTRY: dict[str, Placement] = {p.name: p for p in _ENTRIES}
+PLACEMENTS = tuple(REGISTRY)
+# Placements that name one wiring per layer (recipes such as mixln resolve to these per layer).
+LAYER_PLACEMENTS = tuple(p.name for p in _ENTRIES if not p.is_recipe)
+
+
+def get(name: str) -> Placement:
+    """The registry entry of `name`; ValueError naming the valid choices for anything else."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown placement {name!r}: valid choices are {', '.join(map(repr, PLACEMENTS))}")
+    return REGISTRY[name]
+
+
+def study_placements(study: str) -> tuple[str, ...]:
+    """The placements whose entry lists `study`, in registry order (the studies' `:paper` lists)."""
+    return tuple(p.name for p in _ENTRIES if study in p.studies)
+
+
+def markdown_table() -> str:
+    """The README's placements table, one row per registry entry."""
+    rows = ["| `placement` | wiring per sublayer | init and notes | reference |", "|---|---|---|---|"]
+    rows += [f"| `{p.name}` | {p.formula} | {p.notes} | {p.reference} |" for p in _ENTRIES]
+    return "\n".join(rows)
