@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from normjax import registry
 from normjax.norms import NORM_KINDS

@@ -5,8 +5,8 @@ import pathlib
 import pytest
 
 import normjax
-from experiments.configs import deep_training, grad_norms_at_init, hidden_norms, jacobian_spectrum
 from normjax import plotting, registry
+from normjax.experiments.configs import deep_training, grad_norms_at_init, hidden_norms, jacobian_spectrum
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
