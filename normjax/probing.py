@@ -111,18 +111,26 @@ def _as_batched(x):
 
 
 def _pure(model: Transformer, stack: str | None, context: BlockContext | None, body):
-    """f(x) = body(module copy, stack name, x (B, T, D), ctx), accepting (T, D) or (B, T, D)."""
+    """f(x) = body(live module copy, stack name, x (B, T, D), ctx), accepting (T, D) or (B, T, D).
+
+    The model is read when f runs, never when f is made, so f always sees the current weights. Called on a
+    concrete array, f runs through `normjax.jacobian.evaluate` (compiled once per structure); under a
+    transformation (jit, grad, make_jaxpr) it traces directly.
+    """
     stack = _stack_name(model, stack)
     if context is None and model.cfg.has_cross_attention(stack):
         raise ValueError(
             "a seq2seq decoder block needs a context with the encoder memory: "
             "pass context=normjax.block_context(model, src, tgt, stack='decoder')"
         )
-    graphdef, state = nnx.split(model)
     causal = model.stacks[stack].causal
 
     def f(x):
-        m = nnx.merge(graphdef, state, copy=True)
+        if not isinstance(x, jax.core.Tracer):
+            from normjax.jacobian import traced  # normjax.jacobian imports normjax: import late
+
+            return traced.evaluate(f, x)
+        m = nnx.merge(*nnx.split(model), copy=True)
         x_BTD, squeeze = _as_batched(x)
         ctx = context
         if ctx is None:
@@ -134,21 +142,56 @@ def _pure(model: Transformer, stack: str | None, context: BlockContext | None, b
     return f
 
 
+def _check_block(model: Transformer, stack: str | None, l) -> jax.Array:
+    depth = num_blocks(model, _stack_name(model, stack))
+    if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < depth:
+        raise IndexError(f"block {l!r} out of range for the {depth}-block {_stack_name(model, stack)} stack")
+    return jnp.asarray(l, jnp.int32)
+
+
+def _block_at(st, l, static_l: int):
+    """Block l of the Stack module `st`, l a traced int32 whose value the structure does not depend on
+    (scanned or same-structure blocks; per-layer placements use `static_l`: one program per block structure)."""
+    if st.scanned:
+        graphdef, state = nnx.split(st.layers)
+    else:
+        splits = [nnx.split(block) for block in st.layers]
+        if not _same_structure(st):
+            return st.layers[static_l]
+        graphdef, state = splits[0][0], jax.tree.map(lambda *a: jnp.stack(a), *[s for _, s in splits])
+    return nnx.merge(graphdef, jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), state))
+
+
+def _same_structure(st) -> bool:
+    """Whether every block of the Stack module `st` has one graph structure (always true when scanned)."""
+    if st.scanned:
+        return True
+    graphdefs = [nnx.graphdef(block) for block in st.layers]
+    return all(g == graphdefs[0] for g in graphdefs)
+
+
 def block_fn(model: Transformer, l: int, stack: str | None = None, context: BlockContext | None = None):
-    """Block l of `stack` as a pure function x -> y of (T, D) or (B, T, D), deterministic."""
-    return _pure(model, stack, context, lambda m, s, x, ctx: m.stacks[s].block(l)(x, ctx)[0])
+    """Block l of `stack` as a pure function x -> y of (T, D) or (B, T, D), deterministic.
+
+    Reads the model's current weights on every call; every block of one structure shares one compiled
+    Jacobian program (normjax.jacobian hoists the weights and l into traced arguments).
+    """
+    idx = _check_block(model, stack, l)
+    return _pure(model, stack, context, lambda m, s, x, ctx: _block_at(m.stacks[s], idx, l)(x, ctx)[0])
 
 
 def sublayer_fn(
     model: Transformer, l: int, sublayer: str, stack: str | None = None, context: BlockContext | None = None
 ):
     """x -> x after sublayer ("attn", "cross" or "ffn") of block l, wired as the block's placement says."""
+    idx = _check_block(model, stack, l)
+    names = ("attn", "cross", "ffn") if model.cfg.has_cross_attention(_stack_name(model, stack)) else ("attn", "ffn")
+    if sublayer not in names:
+        raise ValueError(f"sublayer={sublayer!r}: block {l} of {_stack_name(model, stack)} has {names}")
 
     def body(m, s, x, ctx):
-        block = m.stacks[s].block(l)
+        block = _block_at(m.stacks[s], idx, l)
         subs = {sub.name: sub for sub in block.sublayers()}
-        if sublayer not in subs:
-            raise ValueError(f"sublayer={sublayer!r}: block {l} of {s} has {tuple(subs)}")
         return block.apply_sublayer(subs[sublayer], x, ctx, {})
 
     return _pure(model, stack, context, body)
@@ -161,8 +204,35 @@ def stack_fn(
     stack: str | None = None,
     context: BlockContext | None = None,
 ):
-    """x_start -> x_stop through blocks start..stop-1 (default stop: the last block; no final norm)."""
-    return _pure(model, stack, context, lambda m, s, x, ctx: m.stacks[s].run_blocks(x, ctx, start=start, stop=stop)[0])
+    """x_start -> x_stop through blocks start..stop-1 (default stop: the last block; no final norm).
+
+    Requires 0 <= start < stop <= depth. The blocks run in one masked loop over the whole stack (a block
+    outside start..stop-1 is skipped by `lax.cond`), so every (start, stop) shares one compiled program.
+    """
+    name = _stack_name(model, stack)
+    depth = num_blocks(model, name)
+    stop = depth if stop is None else stop
+    for what, v in (("start", start), ("stop", stop)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"stack_fn: {what} must be an int, got {v!r}.")
+    if not 0 <= start < stop <= depth:
+        raise ValueError(f"stack_fn needs 0 <= start < stop <= {depth} (the {name} stack's depth), got {start}, {stop}")
+    bounds = jnp.asarray([start, stop], jnp.int32)
+
+    def body(m, s, x, ctx):
+        st = m.stacks[s]
+
+        def step(x, l, static_l=0):
+            active = (l >= bounds[0]) & (l < bounds[1])
+            return jax.lax.cond(active, lambda x: _block_at(st, l, static_l)(x, ctx)[0], lambda x: x, x), None
+
+        if _same_structure(st):
+            return jax.lax.scan(step, x, jnp.arange(st.depth, dtype=jnp.int32))[0]
+        for l in range(st.depth):  # per-layer placements: unrolled, still one program for every (start, stop)
+            x = step(x, jnp.int32(l), l)[0]
+        return x
+
+    return _pure(model, name, context, body)
 
 
 def layer_params(tree: nnx.State, model: Transformer, stack: str | None = None) -> list[dict]:
