@@ -84,7 +84,7 @@ def probe_stream(
         records.extend(recs)
         return y
 
-    final_input = _pure(model, stack, context, body)(x0_BTD)
+    final_input = _pure(model, stack, context, body, cached=False)(x0_BTD)
     return _stack_probes(model, stack, records, final_input)
 
 
@@ -110,12 +110,12 @@ def _as_batched(x):
     return (x[None], True) if x.ndim == 2 else (x, False)
 
 
-def _pure(model: Transformer, stack: str | None, context: BlockContext | None, body):
-    """f(x) = body(live module copy, stack name, x (B, T, D), ctx), accepting (T, D) or (B, T, D).
+def _pure(model: Transformer, stack: str | None, context: BlockContext | None, body, cached: bool = True):
+    """f(x) = body(model, stack name, x (B, T, D), ctx), accepting (T, D) or (B, T, D); body must not mutate.
 
     The model is read when f runs, never when f is made, so f always sees the current weights. Called on a
-    concrete array, f runs through `normjax.jacobian.evaluate` (compiled once per structure); under a
-    transformation (jit, grad, make_jaxpr) it traces directly.
+    concrete array and `cached`, f runs through `normjax.jacobian.evaluate` (compiled once per structure);
+    under a transformation (jit, grad, make_jaxpr) it traces directly.
     """
     stack = _stack_name(model, stack)
     if context is None and model.cfg.has_cross_attention(stack):
@@ -126,17 +126,16 @@ def _pure(model: Transformer, stack: str | None, context: BlockContext | None, b
     causal = model.stacks[stack].causal
 
     def f(x):
-        if not isinstance(x, jax.core.Tracer):
+        if cached and not isinstance(x, jax.core.Tracer):
             from normjax.jacobian import traced  # normjax.jacobian imports normjax: import late
 
             return traced.evaluate(f, x)
-        m = nnx.merge(*nnx.split(model), copy=True)
         x_BTD, squeeze = _as_batched(x)
         ctx = context
         if ctx is None:
             T = x_BTD.shape[1]
             ctx = BlockContext(self_bias=attention_bias(None, T, T, causal=causal, dtype=x_BTD.dtype))
-        y = body(m, stack, x_BTD, ctx)
+        y = body(model, stack, x_BTD, ctx)
         return y[0] if squeeze else y
 
     return f
@@ -150,24 +149,29 @@ def _check_block(model: Transformer, stack: str | None, l) -> jax.Array:
 
 
 def _block_at(st, l, static_l: int):
-    """Block l of the Stack module `st`, l a traced int32 whose value the structure does not depend on
-    (scanned or same-structure blocks; per-layer placements use `static_l`: one program per block structure)."""
-    if st.scanned:
-        graphdef, state = nnx.split(st.layers)
-    else:
-        splits = [nnx.split(block) for block in st.layers]
-        if not _same_structure(st):
-            return st.layers[static_l]
-        graphdef, state = splits[0][0], jax.tree.map(lambda *a: jnp.stack(a), *[s for _, s in splits])
-    return nnx.merge(graphdef, jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), state))
+    """Block l of the Stack module `st`, read when traced, with a structure that does not depend on l.
+
+    Unscanned: block `static_l` itself (its weights enter the trace as arguments, so every block of one
+    structure traces to the same program). Scanned: a dynamic slice at the traced int32 `l` of the stacked
+    weights (a static slice would put l into the program).
+    """
+    if not st.scanned:
+        return st.layers[static_l]
+    graphdef, state = nnx.split(st.layers)
+    return nnx.merge(
+        graphdef, jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), state), copy=True
+    )
 
 
-def _same_structure(st) -> bool:
-    """Whether every block of the Stack module `st` has one graph structure (always true when scanned)."""
+def _stacked_layers(st):
+    """(graphdef, state with a leading block axis) of every block of `st`, or None when the blocks differ in
+    structure (per-layer placements)."""
     if st.scanned:
-        return True
-    graphdefs = [nnx.graphdef(block) for block in st.layers]
-    return all(g == graphdefs[0] for g in graphdefs)
+        return nnx.split(st.layers)
+    splits = [nnx.split(block) for block in st.layers]
+    if any(g != splits[0][0] for g, _ in splits):
+        return None
+    return splits[0][0], jax.tree.map(lambda *a: jnp.stack(a), *[s for _, s in splits])
 
 
 def block_fn(model: Transformer, l: int, stack: str | None = None, context: BlockContext | None = None):
@@ -222,15 +226,22 @@ def stack_fn(
     def body(m, s, x, ctx):
         st = m.stacks[s]
 
-        def step(x, l, static_l=0):
+        def run(block, l, x):
             active = (l >= bounds[0]) & (l < bounds[1])
-            return jax.lax.cond(active, lambda x: _block_at(st, l, static_l)(x, ctx)[0], lambda x: x, x), None
+            return jax.lax.cond(active, lambda x: block(x, ctx)[0], lambda x: x, x)
 
-        if _same_structure(st):
-            return jax.lax.scan(step, x, jnp.arange(st.depth, dtype=jnp.int32))[0]
-        for l in range(st.depth):  # per-layer placements: unrolled, still one program for every (start, stop)
-            x = step(x, jnp.int32(l), l)[0]
-        return x
+        stacked = _stacked_layers(st)
+        if stacked is None:  # per-layer placements: unrolled, still one program for every (start, stop)
+            for l in range(st.depth):
+                x = run(st.layers[l], l, x)
+            return x
+        graphdef, state = stacked
+
+        def step(x, inputs):
+            l, state_l = inputs
+            return run(nnx.merge(graphdef, state_l, copy=True), l, x), None
+
+        return jax.lax.scan(step, x, (jnp.arange(st.depth, dtype=jnp.int32), state))[0]
 
     return _pure(model, name, context, body)
 

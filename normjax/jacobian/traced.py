@@ -146,7 +146,7 @@ def _ravel_floats(what: str, tree) -> tuple[jax.Array, Callable]:
     if not leaves:
         raise TypeError(f"{what} has no array leaves.")
     for leaf in leaves:
-        if not isinstance(leaf, jax.Array | np.ndarray | float | int) and not jnp.isscalar(leaf):
+        if isinstance(leaf, bool) or not isinstance(leaf, jax.Array | np.ndarray | np.generic | float | int):
             raise TypeError(
                 f"{what} must be an array or a pytree (dict, list, tuple, ...) of arrays, got a leaf of type "
                 f"{type(leaf).__name__}."
