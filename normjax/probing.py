@@ -152,15 +152,21 @@ def _block_at(st, l, static_l: int):
     """Block l of the Stack module `st`, read when traced, with a structure that does not depend on l.
 
     Unscanned: block `static_l` itself (its weights enter the trace as arguments, so every block of one
-    structure traces to the same program). Scanned: a dynamic slice at the traced int32 `l` of the stacked
-    weights (a static slice would put l into the program).
+    structure traces to the same program). Scanned: the slice of the stacked weights, taken eagerly when they
+    are concrete (the program then does not depend on l or the depth), else a dynamic slice at the traced
+    int32 `l` (a static slice would put l into the program).
     """
     if not st.scanned:
         return st.layers[static_l]
     graphdef, state = nnx.split(st.layers)
-    return nnx.merge(
-        graphdef, jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), state), copy=True
-    )
+    if not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(state)):
+        # Concrete weights: slice now, so the program sees one block's weights and not the depth either.
+        with jax.ensure_compile_time_eval():
+            l = jnp.asarray(static_l, jnp.int32)
+            state = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), state)
+    else:
+        state = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), state)
+    return nnx.merge(graphdef, state, copy=True)
 
 
 def _stacked_layers(st):
