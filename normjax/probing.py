@@ -5,6 +5,8 @@ These functions are the only way analysis and training code look inside a model 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
@@ -180,7 +182,9 @@ def _stacked_layers(st):
     return splits[0][0], jax.tree.map(lambda *a: jnp.stack(a), *[s for _, s in splits])
 
 
-def block_fn(model: Transformer, l: int, stack: str | None = None, context: BlockContext | None = None):
+def block_fn(
+    model: Transformer, l: int, stack: str | None = None, context: BlockContext | None = None
+) -> Callable[[jax.Array], jax.Array]:
     """Block l of `stack` as a pure function x -> y of (T, D) or (B, T, D), deterministic.
 
     Reads the model's current weights on every call; every block of one structure shares one compiled
@@ -192,7 +196,7 @@ def block_fn(model: Transformer, l: int, stack: str | None = None, context: Bloc
 
 def sublayer_fn(
     model: Transformer, l: int, sublayer: str, stack: str | None = None, context: BlockContext | None = None
-):
+) -> Callable[[jax.Array], jax.Array]:
     """x -> x after sublayer ("attn", "cross" or "ffn") of block l, wired as the block's placement says."""
     idx = _check_block(model, stack, l)
     names = ("attn", "cross", "ffn") if model.cfg.has_cross_attention(_stack_name(model, stack)) else ("attn", "ffn")
@@ -213,7 +217,7 @@ def stack_fn(
     stop: int | None = None,
     stack: str | None = None,
     context: BlockContext | None = None,
-):
+) -> Callable[[jax.Array], jax.Array]:
     """x_start -> x_stop through blocks start..stop-1 (default stop: the last block; no final norm).
 
     Requires 0 <= start < stop <= depth. The blocks run in one masked loop over the whole stack (a block

@@ -187,3 +187,11 @@ def test_differentiable_spectral_norm_matches_finite_differences():
             plus[which], minus[which] = arr + e, arr - e
             fd = (exact_sigma(*plus) - exact_sigma(*minus)) / (2 * h)
             np.testing.assert_allclose(grad[idx], fd, rtol=1e-6, atol=1e-8)
+
+
+def test_closed_over_scalars_and_arrays_are_current():
+    x = jnp.ones(3)
+    for c in (0.1, 0.1 + 1e-15, 2.0):  # Python scalars become literals: part of the structure
+        np.testing.assert_allclose(jacobian.jacobian(lambda x, c=c: jnp.sin(x) * c, x), c * np.diag(np.cos(x)))
+    for c in (np.arange(3.0), np.arange(3.0) + 1):  # arrays are arguments: one program, current values
+        np.testing.assert_allclose(jacobian.jacobian(lambda x, c=c: jnp.sin(x) * c, x), np.diag(c * np.cos(x)))
