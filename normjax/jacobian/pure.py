@@ -81,6 +81,17 @@ def singular_values(
     return theta_K[:k], SpectralState(steps, rel * theta_K[0], rel, (rel <= tol) | (steps == min(x_N.size, out_size)))
 
 
+def frobenius_norm_sq(
+    f: Callable, x: Any, *, params: Any = None, num_probes: int = 64, key=None
+) -> tuple[jax.Array, jax.Array]:
+    """(Hutchinson estimate of ||d f / d x||_F^2, its standard error) over Rademacher probes; traceable."""
+    g, x_N = flat(f, x, params)
+    key = jax.random.key(0) if key is None else key
+    z_PN = jax.random.rademacher(key, (num_probes, x_N.size), x_N.dtype)
+    value, stderr, _ = krylov.hutchinson(g, x_N, z_PN, None)
+    return value, stderr
+
+
 def jacobian(f: Callable, x: Any, *, params: Any = None, mode: str = "fwd") -> jax.Array:
     """J_MN = d ravel(f(x)) / d ravel(x), traceable."""
     g, x_N = flat(f, x, params)

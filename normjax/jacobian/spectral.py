@@ -103,6 +103,15 @@ def check_iteration_args(num_iters, tol) -> None:
         raise ValueError(f"tol must be a finite number > 0 or None, got {tol!r}.")
 
 
+def _host_level(name: str, conv) -> None:
+    """TypeError when called under a JAX transformation, pointing at the traceable variant."""
+    if any(isinstance(a, jax.core.Tracer) for a in (conv.x_N, *conv.args)):
+        raise TypeError(
+            f"jacobian.{name} is a host-level entry point (it reads results back); inside jit, vmap or grad use "
+            f"normjax.jacobian.pure.{name} (or differentiable_spectral_norm)."
+        )
+
+
 def _finish(values, info, tol, return_info):
     if not info.converged:
         warnings.warn(
@@ -160,6 +169,7 @@ def singular_values(
     """
     check_iteration_args(num_iters, tol)
     conv = prepare(f, x, params)
+    _host_level("singular_values", conv)
     x_N, out_size = conv.x_N, conv.out_size
     method = resolve_method(method, x_N.size, out_size)
     rank = min(x_N.size, out_size)
@@ -252,6 +262,7 @@ def frobenius_norm_sq(
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}.")
     conv = prepare(f, x, params)
+    _host_level("frobenius_norm_sq", conv)
     if method == "exact":
         J_MN = jacobian_of(conv, chunk_size=chunk_size)
         value, info = jnp.sum(J_MN**2), FrobeniusInfo("exact", 0, 0.0)

@@ -195,3 +195,13 @@ def test_closed_over_scalars_and_arrays_are_current():
         np.testing.assert_allclose(jacobian.jacobian(lambda x, c=c: jnp.sin(x) * c, x), c * np.diag(np.cos(x)))
     for c in (np.arange(3.0), np.arange(3.0) + 1):  # arrays are arguments: one program, current values
         np.testing.assert_allclose(jacobian.jacobian(lambda x, c=c: jnp.sin(x) * c, x), np.diag(c * np.cos(x)))
+
+
+def test_host_level_entry_points_refuse_tracers():
+    with pytest.raises(TypeError, match="jacobian.pure"):
+        jax.jit(lambda x: jacobian.spectral_norm(jnp.sin, x))(jnp.ones(3))
+    J = jax.jit(lambda x: jacobian.jacobian(jnp.sin, x))(jnp.ones(3))  # jacobian itself traces
+    np.testing.assert_allclose(J, np.diag(np.cos(np.ones(3))))
+    s2, stderr = jax.jit(lambda x: pure.frobenius_norm_sq(jnp.sin, x, num_probes=8))(jnp.ones(3))
+    np.testing.assert_allclose(s2, 3 * np.cos(1.0) ** 2, rtol=1e-12)  # J diagonal: Rademacher probes are exact
+    assert float(stderr) < 1e-12
