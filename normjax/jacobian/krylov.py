@@ -1,8 +1,7 @@
-"""Matrix-free cores on a flat map g: R^N -> R^M (traceable): power iteration, Golub-Kahan-Lanczos, Hutchinson.
+"""Matrix-free cores on a flat map g: R^N -> R^M (traceable): power iteration, Golub-Kahan-Lanczos, Hutchinson."""
 
-Every core is a plain function of arrays, usable inside `jit`, `vmap` and `grad`; the host-level
-entry points (`spectral.py`) compile them once per structure through `traced.PureFn`.
-"""
+# Every core is a plain function of arrays, usable inside `jit`, `vmap` and `grad`; the host-level
+# entry points (`spectral.py`) compile them once per structure through `traced.PureFn`.
 
 import jax
 import jax.numpy as jnp

@@ -1,8 +1,7 @@
-"""Traceable spectral routines (inside jit, vmap, grad): arrays in, arrays and convergence info out.
+"""Traceable spectral routines (inside jit, vmap, grad): arrays in, arrays and convergence info out."""
 
-No host syncs and no finiteness errors here (check `info` or the result yourself); the host-level
-entry points in `normjax.jacobian` add those. `f` is f(x) or, with `params`, f(params, x).
-"""
+# No host syncs and no finiteness errors here (check `info` or the result yourself); the host-level
+# entry points in `normjax.jacobian` add those. `f` is f(x) or, with `params`, f(params, x).
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""Any function as a pure flat map with its parameters and closed-over arrays as traced arguments.
+"""Any function as a pure flat map with its parameters and closed-over arrays as traced arguments."""
 
-`convert(f, x, params)` traces `f` once (`jax.make_jaxpr`, milliseconds) into a jaxpr whose every
-array (module weights, closed-over arrays, `params`) is an explicit input. Programs are compiled per
-structural key (the printed jaxpr, its argument shapes and dtypes, and the identity of any custom
-derivative rule), so a new closure of the same structure (another block, the model after training)
-reuses one compiled program, while every call reads the current values: never stale by construction.
-"""
+# `convert(f, x, params)` traces `f` once (`jax.make_jaxpr`, milliseconds) into a jaxpr whose every
+# array (module weights, closed-over arrays, `params`) is an explicit input. Programs are compiled per
+# structural key (the printed jaxpr, its argument shapes and dtypes, and the identity of any custom
+# derivative rule), so a new closure of the same structure (another block, the model after training)
+# reuses one compiled program, while every call reads the current values: never stale by construction.
 
 from __future__ import annotations
 
