@@ -50,9 +50,7 @@ def _stack_name(model: Transformer, stack: str | None) -> str:
     return stack
 
 
-def probe(
-    model: Transformer, *inputs: jax.Array, **masks: jax.Array | None
-) -> tuple[jax.Array, dict[str, StackProbes]]:
+def probe(model: Transformer, *inputs, **masks) -> tuple[jax.Array, dict[str, StackProbes]]:
     """(logits, {stack: StackProbes}) from one deterministic forward pass; arguments as for model(...)."""
     logits, traces = model.forward(*inputs, **masks, record=True)
     probes = {}
@@ -73,7 +71,7 @@ def _stack_probes(model: Transformer, stack: str, records: list, final_input) ->
 
 
 def probe_stream(
-    model: Transformer, x0_BTD: jax.Array, stack: str | None = None, context: BlockContext | None = None
+    model: Transformer, x0_BTD, stack: str | None = None, context: BlockContext | None = None
 ) -> StackProbes:
     """StackProbes of `stack` fed the stream x0 (B, T, D) directly instead of embedded tokens.
 
@@ -88,22 +86,17 @@ def probe_stream(
         records.extend(recs)
         return y
 
-    final_input = _pure(model, stack, context, body)(x0_BTD)
+    final_input = _pure(model, stack, context, body, cached=False)(x0_BTD)
     return _stack_probes(model, stack, records, final_input)
 
 
-def embed(model: Transformer, tokens_BT: jax.Array, stack: str | None = None) -> jax.Array:
+def embed(model: Transformer, tokens_BT, stack: str | None = None):
     """The residual stream entering block 0 of `stack` (deterministic)."""
     return model.embedders[_stack_name(model, stack)](tokens_BT)
 
 
 def block_context(
-    model: Transformer,
-    *inputs: jax.Array,
-    stack: str | None = None,
-    padding_mask: jax.Array | None = None,
-    src_mask: jax.Array | None = None,
-    tgt_mask: jax.Array | None = None,
+    model: Transformer, *inputs, stack: str | None = None, padding_mask=None, src_mask=None, tgt_mask=None
 ) -> BlockContext:
     """The BlockContext of `stack` for these inputs (masks; encoder memory for a seq2seq decoder)."""
     stack = _stack_name(model, stack)
@@ -119,47 +112,100 @@ def _as_batched(x):
     return (x[None], True) if x.ndim == 2 else (x, False)
 
 
-def _pure(model: Transformer, stack: str | None, context: BlockContext | None, body):
-    """f(x) = body(module copy, stack name, x (B, T, D), ctx), accepting (T, D) or (B, T, D)."""
+def _pure(model: Transformer, stack: str | None, context: BlockContext | None, body, cached: bool = True):
+    """f(x) = body(model, stack name, x (B, T, D), ctx), accepting (T, D) or (B, T, D); body must not mutate.
+
+    The model is read when f runs, never when f is made, so f always sees the current weights. Called on a
+    concrete array and `cached`, f runs through `normjax.jacobian.evaluate` (compiled once per structure);
+    under a transformation (jit, grad, make_jaxpr) it traces directly.
+    """
     stack = _stack_name(model, stack)
     if context is None and model.cfg.has_cross_attention(stack):
         raise ValueError(
             "a seq2seq decoder block needs a context with the encoder memory: "
             "pass context=normjax.block_context(model, src, tgt, stack='decoder')"
         )
-    graphdef, state = nnx.split(model)
     causal = model.stacks[stack].causal
 
     def f(x):
-        m = nnx.merge(graphdef, state, copy=True)
+        if cached and not isinstance(x, jax.core.Tracer):
+            from normjax.jacobian import traced  # normjax.jacobian imports normjax: import late
+
+            return traced.evaluate(f, x)
         x_BTD, squeeze = _as_batched(x)
         ctx = context
         if ctx is None:
             T = x_BTD.shape[1]
             ctx = BlockContext(self_bias=attention_bias(None, T, T, causal=causal, dtype=x_BTD.dtype))
-        y = body(m, stack, x_BTD, ctx)
+        y = body(model, stack, x_BTD, ctx)
         return y[0] if squeeze else y
 
     return f
 
 
+def _check_block(model: Transformer, stack: str | None, l) -> jax.Array:
+    depth = num_blocks(model, _stack_name(model, stack))
+    if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < depth:
+        raise IndexError(f"block {l!r} out of range for the {depth}-block {_stack_name(model, stack)} stack")
+    return jnp.asarray(l, jnp.int32)
+
+
+def _block_at(st, l, static_l: int):
+    """Block l of the Stack module `st`, read when traced, with a structure that does not depend on l.
+
+    Unscanned: block `static_l` itself (its weights enter the trace as arguments, so every block of one
+    structure traces to the same program). Scanned: the slice of the stacked weights, taken eagerly when they
+    are concrete (the program then does not depend on l or the depth), else a dynamic slice at the traced
+    int32 `l` (a static slice would put l into the program).
+    """
+    if not st.scanned:
+        return st.layers[static_l]
+    graphdef, state = nnx.split(st.layers)
+    if not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(state)):
+        # Concrete weights: slice now, so the program sees one block's weights and not the depth either.
+        with jax.ensure_compile_time_eval():
+            l = jnp.asarray(static_l, jnp.int32)
+            state = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), state)
+    else:
+        state = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), state)
+    return nnx.merge(graphdef, state, copy=True)
+
+
+def _stacked_layers(st):
+    """(graphdef, state with a leading block axis) of every block of `st`, or None when the blocks differ in
+    structure (per-layer placements)."""
+    if st.scanned:
+        return nnx.split(st.layers)
+    splits = [nnx.split(block) for block in st.layers]
+    if any(g != splits[0][0] for g, _ in splits):
+        return None
+    return splits[0][0], jax.tree.map(lambda *a: jnp.stack(a), *[s for _, s in splits])
+
+
 def block_fn(
     model: Transformer, l: int, stack: str | None = None, context: BlockContext | None = None
 ) -> Callable[[jax.Array], jax.Array]:
-    """Block l of `stack` as a pure function x -> y of (T, D) or (B, T, D), deterministic."""
-    return _pure(model, stack, context, lambda m, s, x, ctx: m.stacks[s].block(l)(x, ctx)[0])
+    """Block l of `stack` as a pure function x -> y of (T, D) or (B, T, D), deterministic.
+
+    Reads the model's current weights on every call; every block of one structure shares one compiled
+    Jacobian program (normjax.jacobian hoists the weights and l into traced arguments).
+    """
+    idx = _check_block(model, stack, l)
+    return _pure(model, stack, context, lambda m, s, x, ctx: _block_at(m.stacks[s], idx, l)(x, ctx)[0])
 
 
 def sublayer_fn(
     model: Transformer, l: int, sublayer: str, stack: str | None = None, context: BlockContext | None = None
 ) -> Callable[[jax.Array], jax.Array]:
     """x -> x after sublayer ("attn", "cross" or "ffn") of block l, wired as the block's placement says."""
+    idx = _check_block(model, stack, l)
+    names = ("attn", "cross", "ffn") if model.cfg.has_cross_attention(_stack_name(model, stack)) else ("attn", "ffn")
+    if sublayer not in names:
+        raise ValueError(f"sublayer={sublayer!r}: block {l} of {_stack_name(model, stack)} has {names}")
 
     def body(m, s, x, ctx):
-        block = m.stacks[s].block(l)
+        block = _block_at(m.stacks[s], idx, l)
         subs = {sub.name: sub for sub in block.sublayers()}
-        if sublayer not in subs:
-            raise ValueError(f"sublayer={sublayer!r}: block {l} of {s} has {tuple(subs)}")
         return block.apply_sublayer(subs[sublayer], x, ctx, {})
 
     return _pure(model, stack, context, body)
@@ -172,8 +218,42 @@ def stack_fn(
     stack: str | None = None,
     context: BlockContext | None = None,
 ) -> Callable[[jax.Array], jax.Array]:
-    """x_start -> x_stop through blocks start..stop-1 (default stop: the last block; no final norm)."""
-    return _pure(model, stack, context, lambda m, s, x, ctx: m.stacks[s].run_blocks(x, ctx, start=start, stop=stop)[0])
+    """x_start -> x_stop through blocks start..stop-1 (default stop: the last block; no final norm).
+
+    Requires 0 <= start < stop <= depth. The blocks run in one masked loop over the whole stack (a block
+    outside start..stop-1 is skipped by `lax.cond`), so every (start, stop) shares one compiled program.
+    """
+    name = _stack_name(model, stack)
+    depth = num_blocks(model, name)
+    stop = depth if stop is None else stop
+    for what, v in (("start", start), ("stop", stop)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"stack_fn: {what} must be an int, got {v!r}.")
+    if not 0 <= start < stop <= depth:
+        raise ValueError(f"stack_fn needs 0 <= start < stop <= {depth} (the {name} stack's depth), got {start}, {stop}")
+    bounds = jnp.asarray([start, stop], jnp.int32)
+
+    def body(m, s, x, ctx):
+        st = m.stacks[s]
+
+        def run(block, l, x):
+            active = (l >= bounds[0]) & (l < bounds[1])
+            return jax.lax.cond(active, lambda x: block(x, ctx)[0], lambda x: x, x)
+
+        stacked = _stacked_layers(st)
+        if stacked is None:  # per-layer placements: unrolled, still one program for every (start, stop)
+            for l in range(st.depth):
+                x = run(st.layers[l], l, x)
+            return x
+        graphdef, state = stacked
+
+        def step(x, inputs):
+            l, state_l = inputs
+            return run(nnx.merge(graphdef, state_l, copy=True), l, x), None
+
+        return jax.lax.scan(step, x, (jnp.arange(st.depth, dtype=jnp.int32), state))[0]
+
+    return _pure(model, name, context, body)
 
 
 def layer_params(tree: nnx.State, model: Transformer, stack: str | None = None) -> list[dict]:
@@ -197,9 +277,7 @@ def _param_name(path) -> str:
     return "/".join(str(p) for p in path if p != "branch")
 
 
-def profile_admin(
-    model: Transformer, *inputs: jax.Array, **masks: jax.Array | None
-) -> dict[str, list[dict[str, float]]]:
+def profile_admin(model: Transformer, *inputs, **masks) -> dict[str, list[dict[str, float]]]:
     """Set every Admin omega from one deterministic forward pass (Liu et al. 2020, profiling).
 
     omega_i^2 = Var[x_0] + sum_{j<i} Var[f_j(x_{j-1})]: the embedding's variance plus the variances of all

@@ -1,5 +1,6 @@
 """Jacobians of pure JAX functions: exact, matrix-free spectra, closed-form norm Jacobians, fits."""
 
+from normjax.jacobian import pure
 from normjax.jacobian.exact import jacobian, token_blocks
 from normjax.jacobian.fits import (
     LinearFit,
@@ -30,6 +31,9 @@ from normjax.jacobian.spectral import (
     singular_values,
     spectral_norm,
 )
+from normjax.jacobian.traced import evaluate
+
+differentiable_spectral_norm = pure.differentiable_spectral_norm
 
 __all__ = [
     "AUTO_EXACT_MAX_ENTRIES",
@@ -39,8 +43,10 @@ __all__ = [
     "LogFit",
     "PowerLawFit",
     "SpectralInfo",
+    "differentiable_spectral_norm",
     "dyt_jacobian",
     "dyt_jacobian_norm",
+    "evaluate",
     "frobenius_norm_sq",
     "jacobian",
     "layernorm_jacobian",
@@ -51,6 +57,7 @@ __all__ = [
     "norm_jacobian",
     "norm_jacobian_norm",
     "power_law_fit",
+    "pure",
     "rmsnorm_jacobian",
     "rmsnorm_jacobian_norm",
     "rmsnorm_rms",

@@ -1,22 +1,17 @@
-"""Exact Jacobians of a pure function of one array: jacfwd/jacrev or chunked JVPs/VJPs."""
+"""Exact Jacobians of f(x) or f(params, x): jacfwd/jacrev or chunked JVPs/VJPs, compiled once per structure."""
+
+from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from normjax.jacobian import checks
+from normjax.jacobian import checks, traced
 
 MODES = ("fwd", "rev")
-
-
-def flat_fn(f, shape):
-    """Returns g: R^N -> R^M with g(x.ravel()) = f(x).ravel() for x of `shape`."""
-
-    def g(x_N):
-        return jnp.ravel(f(x_N.reshape(shape)))
-
-    return g
 
 
 def _basis_map(lin_fn, size, chunk_size, dtype):
@@ -32,10 +27,8 @@ def _basis_map(lin_fn, size, chunk_size, dtype):
     return out_KCO.reshape(num_chunks * chunk_size, -1)[:size]
 
 
-@functools.partial(jax.jit, static_argnames=("f", "mode", "chunk_size"))
-def _jacobian_impl(f, x, mode, chunk_size):
-    g = flat_fn(f, x.shape)
-    x_N = jnp.ravel(x)
+def flat_jacobian(g: Callable, x_N: jax.Array, mode: str = "fwd", chunk_size: int | None = None):
+    """(J_MN, g(x)) of a flat map g: R^N -> R^M; traceable (usable inside jit, vmap, grad)."""
     if chunk_size is None:
         transform = jax.jacfwd if mode == "fwd" else jax.jacrev
         J_MN, y_M = transform(lambda v: (lambda y: (y, y))(g(v)), has_aux=True)(x_N)
@@ -45,53 +38,73 @@ def _jacobian_impl(f, x, mode, chunk_size):
     else:
         y_M, vjp = jax.vjp(g, x_N)
         J_MN = _basis_map(lambda u: vjp(u)[0], y_M.size, chunk_size, y_M.dtype)
+    return J_MN, y_M
+
+
+@functools.partial(jax.jit, static_argnames=("fn", "mode", "chunk_size"))
+def _jacobian_impl(fn, args, x_N, mode, chunk_size):
+    J_MN, y_M = flat_jacobian(functools.partial(fn, args), x_N, mode, chunk_size)
     return J_MN, checks.count_nonfinite(y_M), checks.count_nonfinite(J_MN)
 
 
-def validate(f, x, mode=None, chunk_size=None):
-    """Checks the common arguments of the Jacobian tools; returns `x` as a floating JAX array."""
-    if not callable(f):
-        raise TypeError(f"f must be a callable of one array, got {type(f).__name__}.")
+def validate(mode=None, chunk_size=None) -> None:
+    """Checks the common keyword arguments of the Jacobian tools."""
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
-    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}.")
-    x = checks.require_float("x", x)
-    checks.require_finite("x", x)
-    return x
 
 
-def jacobian(f, x, *, mode: str = "fwd", chunk_size: int | None = None) -> jax.Array:
-    """Exact Jacobian of `f` at `x`, flattened to a matrix.
+def prepare(f, x, params=None) -> traced.Converted:
+    """`traced.convert` plus the host-level check that x is finite."""
+    conv = traced.convert(f, x, params)
+    traced.validate(conv)
+    return conv
+
+
+def jacobian_of(conv: traced.Converted, mode: str = "fwd", chunk_size: int | None = None) -> jax.Array:
+    """The checked J_MN of an already converted function (see `jacobian`)."""
+    J_MN, bad_y, bad_J = _jacobian_impl(conv.fn, conv.args, conv.x_N, mode, chunk_size)
+    checks.raise_if_nonfinite("f(x)", bad_y, J_MN.shape[0])
+    checks.raise_if_nonfinite("the Jacobian", bad_J, J_MN.size)
+    return J_MN
+
+
+def jacobian(f: Callable, x: Any, *, params: Any = None, mode: str = "fwd", chunk_size: int | None = None) -> jax.Array:
+    """Exact Jacobian of `f` at `x` with respect to x, flattened to a matrix.
 
     Args:
-      f: a pure, hashable JAX function of one array (the compiled Jacobian is cached per `f`, so
-        pass the same function object to reuse it).
-      x: floating array of any shape; N = x.size.
+      f: f(x), or f(params, x) when `params` is given, or an nnx.Module (module(x), its state an
+        explicit argument). Everything f reads (closed-over arrays, module weights, params) is
+        passed to the compiled program as an argument, so results always reflect current values,
+        and functions of one structure (e.g. every block of a model) share one compiled program.
+      x: floating array, or pytree of floating arrays (raveled in `jax.flatten_util.ravel_pytree`
+        order); N = its total size.
+      params: any pytree of arrays (held fixed: this is d f / d x), or None.
       mode: "fwd" (`jax.jacfwd`: N JVPs, best when N <= M) or "rev" (`jax.jacrev`: M VJPs).
       chunk_size: None computes all basis JVPs/VJPs in one `vmap`. An int linearizes `f` once and
         pushes `chunk_size` basis vectors at a time through `jax.lax.map`, so the working memory
         beyond J itself and one linearization is O(chunk_size * (N + M)).
 
     Returns:
-      J_MN with J[i, j] = d f(x).ravel()[i] / d x.ravel()[j], shape (f(x).size, x.size). Cost: about
-      N (fwd) or M (rev) forward passes, batched; memory M * N.
+      J_MN with J[i, j] = d ravel(f(x))[i] / d ravel(x)[j], shape (M, N). Cost: about N (fwd) or
+      M (rev) forward passes, batched; memory M * N.
 
     Raises:
-      ValueError: `x` has NaN/inf entries. FloatingPointError: f(x) or J has NaN/inf entries.
+      TypeError: f not callable, x or f(x) not (a pytree of) floating arrays. ValueError: `x` has
+      NaN/inf entries or a bad argument. FloatingPointError: f(x) or J has NaN/inf entries.
     """
-    x = validate(f, x, mode, chunk_size)
-    J_MN, bad_y, bad_J = _jacobian_impl(f, x, mode, chunk_size)
-    checks.raise_if_nonfinite("f(x)", bad_y, J_MN.shape[0])
-    checks.raise_if_nonfinite("the Jacobian", bad_J, J_MN.size)
-    return J_MN
+    validate(mode, chunk_size)
+    return jacobian_of(prepare(f, x, params), mode, chunk_size)
 
 
-def token_blocks(f, x_TD, *, mode: str = "fwd", chunk_size: int | None = None) -> jax.Array:
+def token_blocks(
+    f: Callable, x_TD: jax.Array, *, params: Any = None, mode: str = "fwd", chunk_size: int | None = None
+) -> jax.Array:
     """Per-token Jacobian blocks of a sequence map f: (T, D) -> (T', D').
 
     Args:
-      f: pure function of one (T, D) array returning a 2-D array (T', D').
+      f, params: as in `jacobian`; f(x_TD) must be one 2-D array.
       x_TD: the input sequence.
       mode, chunk_size: as in `jacobian`.
 
@@ -101,10 +114,12 @@ def token_blocks(f, x_TD, *, mode: str = "fwd", chunk_size: int | None = None) -
     """
     if jnp.ndim(x_TD) != 2:
         raise ValueError(f"x_TD must be 2-D (T, D), got shape {jnp.shape(x_TD)}.")
-    x_TD = validate(f, x_TD, mode, chunk_size)
-    out_shape = jax.eval_shape(f, x_TD).shape
-    if len(out_shape) != 2:
-        raise ValueError(f"f must map (T, D) to a 2-D array, got output shape {out_shape}.")
-    J_MN = jacobian(f, x_TD, mode=mode, chunk_size=chunk_size)
-    T, D = x_TD.shape
+    validate(mode, chunk_size)
+    conv = prepare(f, x_TD, params)
+    out = conv.out_shapes
+    if not isinstance(out, jax.ShapeDtypeStruct) or len(out.shape) != 2:
+        raise ValueError(f"f must map (T, D) to one 2-D array, got {out}.")
+    out_shape = out.shape
+    J_MN = jacobian_of(conv, mode, chunk_size)
+    T, D = jnp.shape(x_TD)
     return J_MN.reshape(out_shape[0], out_shape[1], T, D).transpose(0, 2, 1, 3)

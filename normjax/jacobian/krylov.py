@@ -1,19 +1,18 @@
-"""Matrix-free cores, jit-compiled: power iteration, Golub-Kahan-Lanczos and Hutchinson on J."""
+"""Matrix-free cores on a flat map g: R^N -> R^M (traceable): power iteration, Golub-Kahan-Lanczos, Hutchinson."""
 
-import functools
+# Every core is a plain function of arrays, usable inside `jit`, `vmap` and `grad`; the host-level
+# entry points (`spectral.py`) compile them once per structure through `traced.PureFn`.
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from normjax.jacobian import checks
-from normjax.jacobian.exact import flat_fn
 
 
-def linear_ops(f, x):
-    """Linearizes f at x once; returns f(x).ravel(), v -> J v and u -> J^T u (never J itself)."""
-    x_N = jnp.ravel(x)
-    y_M, jvp = jax.linearize(flat_fn(f, x.shape), x_N)
+def linear_ops(g, x_N):
+    """Linearizes g at x once; returns g(x), v -> J v and u -> J^T u (never J itself)."""
+    y_M, jvp = jax.linearize(g, x_N)
     vjp = jax.linear_transpose(jvp, x_N)
     return y_M, jvp, lambda u_M: vjp(u_M)[0]
 
@@ -49,29 +48,44 @@ def _hash_vector(seed, n, dtype):
     return h.astype(dtype) * (1.0 / 2**32) - 0.5
 
 
-@functools.partial(jax.jit, static_argnames=("f",))
-def power(f, x, v0_N, num_iters, tol):
-    """Power iteration on J^T J from v0; returns (sigma, steps, last relative change, #bad f(x))."""
-    y_M, jvp, vjp = linear_ops(f, x)
-    v0_N = _unit(v0_N)
+def power_triplet(jvp, vjp, v_N):
+    """(s, u, residual) of a unit v: s = ||J v||, u = J v / s, residual = ||J^T u - s v||.
+
+    J v = s u holds exactly, so (s, u, v) is a singular triplet of J up to the residual: some
+    singular value of J lies within `residual` of s (the symmetric residual bound applied to
+    [[0, J], [J^T, 0]] and (u, v) / sqrt(2)).
+    """
+    w_M = jvp(v_N)
+    s = jnp.linalg.norm(w_M)
+    u_M = w_M / jnp.where(s > 0, s, 1)
+    z_N = vjp(u_M)
+    return s, u_M, jnp.linalg.norm(z_N - s * v_N), z_N
+
+
+def power(g, x_N, v0_N, num_iters, tol):
+    """Power iteration on J^T J from v0 until residual <= tol * s.
+
+    Returns (s, v_N, u_M, steps, residual bound (absolute), #non-finite g(x)); see `power_triplet`.
+    """
+    y_M, jvp, vjp = linear_ops(g, x_N)
+    tiny = jnp.finfo(x_N.dtype).tiny
 
     def body(state):
-        i, v_N, s, _ = state
-        u_N = vjp(jvp(v_N))
-        u_norm = jnp.linalg.norm(u_N)
-        # sqrt(||J^T J v||) >= ||J v||: both bound sigma from below; this one is the tighter.
-        s_new = jnp.sqrt(u_norm)
-        rel = jnp.abs(s_new - s) / jnp.maximum(s_new, jnp.finfo(x.dtype).tiny)
-        v_N = jnp.where(u_norm > 0, u_N / jnp.where(u_norm > 0, u_norm, 1), v_N)
-        return i + 1, v_N, s_new, rel
+        i, v_N, _, _, _, z_N = state
+        z_norm = jnp.linalg.norm(z_N)
+        v_N = jnp.where(z_norm > tiny, z_N / jnp.maximum(z_norm, tiny), v_N)
+        s, u_M, res, z_N = power_triplet(jvp, vjp, v_N)
+        return i + 1, v_N, u_M, s, res, z_N
 
     def cond(state):
-        i, _, _, rel = state
-        return (i < num_iters) & (rel > tol)
+        i, _, _, s, res, _ = state
+        return (i < num_iters) & (res > tol * s)
 
-    init = (jnp.int32(0), v0_N, jnp.zeros((), x.dtype), jnp.asarray(jnp.inf, x.dtype))
-    i, _, s, rel = jax.lax.while_loop(cond, body, init)
-    return s, i, rel, checks.count_nonfinite(y_M)
+    v0_N = _unit(v0_N)
+    s, u_M, res, z_N = power_triplet(jvp, vjp, v0_N)
+    init = (jnp.int32(1), v0_N, u_M, s, res, z_N)
+    i, v_N, u_M, s, res, _ = jax.lax.while_loop(cond, body, init)
+    return s, v_N, u_M, i, res, checks.count_nonfinite(y_M)
 
 
 def _orthonormalize(w, Q, seed, scale):
@@ -121,19 +135,19 @@ def _ritz(alpha_K, beta_K, j):
     return jnp.sqrt(jnp.maximum(w_K[::-1], 0)), P_KK[j, ::-1]
 
 
-@functools.partial(jax.jit, static_argnames=("f", "max_dim"))
-def lanczos(f, x, v0_N, k, max_dim, tol):
+def lanczos(g, x_N, v0_N, k, max_dim: int, tol):
     """Golub-Kahan-Lanczos bidiagonalization with full reorthogonalization, J V = U B.
 
-    Stops when each of the top-k Ritz values theta_i has residual bound beta_j |P[j, i]| <= tol *
-    theta_0 (then some singular value of J lies within it), or after max_dim steps. k is traced,
-    so one compiled program serves every k. Returns (all max_dim Ritz values, largest first: the
-    top k are the answer; steps; max relative residual of the top k; #non-finite f(x)).
+    For a Ritz triplet (theta_i, U p_i, V q_i), J V q_i = theta_i U p_i exactly and
+    ||J^T U p_i - theta_i V q_i|| = beta_j |P[j, i]|, so some singular value of J lies within that
+    residual of theta_i (as in `power_triplet`). Stops when the top-k residuals are <= tol * theta_0,
+    or after max_dim steps (static). k may be traced. Returns (all max_dim Ritz values, largest
+    first; steps; max relative residual of the top k; #non-finite g(x)).
     """
-    y_M, jvp, vjp = linear_ops(f, x)
-    V_KN = jnp.zeros((max_dim + 1, x.size), x.dtype).at[0].set(_unit(v0_N))
+    y_M, jvp, vjp = linear_ops(g, x_N)
+    V_KN = jnp.zeros((max_dim + 1, x_N.size), x_N.dtype).at[0].set(_unit(v0_N))
     U_KM = jnp.zeros((max_dim, y_M.size), y_M.dtype)
-    zeros_K = jnp.zeros((max_dim,), x.dtype)
+    zeros_K = jnp.zeros((max_dim,), x_N.dtype)
 
     def body(state):
         j, V_KN, U_KM, alpha_K, beta_K, scale, _ = state
@@ -148,26 +162,25 @@ def lanczos(f, x, v0_N, k, max_dim, tol):
         theta_K, p_K = _ritz(alpha_K, beta_K, j)
         top_K = jnp.arange(max_dim) < k
         rel = jnp.max(jnp.where(top_K, b * jnp.abs(p_K), 0))
-        rel = rel / jnp.maximum(theta_K[0], jnp.finfo(x.dtype).tiny)
+        rel = rel / jnp.maximum(theta_K[0], jnp.finfo(x_N.dtype).tiny)
         return j + 1, V_KN, U_KM, alpha_K, beta_K, scale, rel
 
     def cond(state):
         j, rel = state[0], state[-1]
         return (j < max_dim) & ((j < k) | (rel > tol))
 
-    init = (jnp.int32(0), V_KN, U_KM, zeros_K, zeros_K, jnp.zeros((), x.dtype), jnp.asarray(jnp.inf, x.dtype))
+    init = (jnp.int32(0), V_KN, U_KM, zeros_K, zeros_K, jnp.zeros((), x_N.dtype), jnp.asarray(jnp.inf, x_N.dtype))
     j, _, _, alpha_K, beta_K, _, rel = jax.lax.while_loop(cond, body, init)
     theta_K = jnp.linalg.svd(_bidiagonal(alpha_K, beta_K, j - 1), compute_uv=False)
     return theta_K, j, rel, checks.count_nonfinite(y_M)
 
 
-@functools.partial(jax.jit, static_argnames=("f", "chunk_size"))
-def hutchinson(f, x, z_PN, chunk_size):
+def hutchinson(g, x_N, z_PN, chunk_size):
     """Hutchinson ||J||_F^2 = E ||J z||^2 over probes z (rows of z_PN, Rademacher).
 
-    Returns (mean, standard error, #non-finite f(x)).
+    Returns (mean, standard error, #non-finite g(x)).
     """
-    y_M, jvp, _ = linear_ops(f, x)
+    y_M, jvp, _ = linear_ops(g, x_N)
     num_probes = z_PN.shape[0]
     sq_P = jax.lax.map(lambda z_N: jnp.sum(jvp(z_N) ** 2), z_PN, batch_size=chunk_size)
     stderr = jnp.std(sq_P, ddof=1) / jnp.sqrt(num_probes)

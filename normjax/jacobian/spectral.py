@@ -1,15 +1,20 @@
-"""Spectral norm, singular values and Frobenius norm of a Jacobian: exact or matrix-free."""
+"""Spectral norm, singular values and Frobenius norm of a Jacobian (host level): exact or matrix-free."""
+
+from __future__ import annotations
 
 import dataclasses
 import functools
 import math
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from normjax.jacobian import checks, krylov
-from normjax.jacobian.exact import jacobian, validate
+from normjax.jacobian.exact import jacobian_of, prepare
 
 METHODS = ("auto", "exact", "power", "lanczos")
 # "auto" materializes J (and runs a dense SVD) when it has at most this many entries (a 1024 x 1024
@@ -20,21 +25,24 @@ DEFAULT_POWER_ITERS = 500
 
 @dataclasses.dataclass(frozen=True)
 class SpectralInfo:
-    """How a spectral estimate was obtained.
+    """How a spectral estimate was obtained, with an honest error bound.
 
     Attributes:
       method: "exact", "power" or "lanczos".
       iterations: J^T J products (power) or bidiagonalization steps (Lanczos), each costing one JVP
         and one VJP; 0 for exact.
-      residual: power: the last relative change of the estimate; Lanczos: the largest residual bound
-        |sigma_i - theta_i| <= residual * theta_0 over the top-k Ritz values; exact: 0.
-      converged: residual <= tol before the iteration cap.
+      residual: error_bound relative to the largest estimate.
+      converged: residual <= tol (for Lanczos also when the Krylov space is the whole space).
+      error_bound: absolute: power and Lanczos, the largest residual ||J^T u - s v|| of the returned
+        triplets (J v = s u holds exactly), so a singular value of J lies within it of each estimate;
+        exact, LAPACK's approximate bound eps * s_max for the dense SVD.
     """
 
     method: str
     iterations: int
     residual: float
     converged: bool
+    error_bound: float = 0.0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -62,6 +70,22 @@ def _top_singular_values(J_MN, k):
     return jnp.linalg.svd(J_MN, compute_uv=False)[:k]
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _power(fn, args, x_N, v0_N, num_iters, tol):
+    s, _, _, steps, res, bad_y = krylov.power(functools.partial(fn, args), x_N, v0_N, num_iters, tol)
+    return s, steps, res, bad_y
+
+
+@functools.partial(jax.jit, static_argnums=(0, 5))
+def _lanczos(fn, args, x_N, v0_N, k, max_dim, tol):
+    return krylov.lanczos(functools.partial(fn, args), x_N, v0_N, k, max_dim, tol)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _hutchinson(fn, args, x_N, z_PN, chunk_size):
+    return krylov.hutchinson(functools.partial(fn, args), x_N, z_PN, chunk_size)
+
+
 def resolve_method(method: str, in_size: int, out_size: int) -> str:
     """The method "auto" stands for with these sizes (others are returned as they are)."""
     if method not in METHODS:
@@ -71,131 +95,160 @@ def resolve_method(method: str, in_size: int, out_size: int) -> str:
     return method
 
 
-def _output_size(f, x) -> int:
-    """f(x).size, from the abstract evaluation (no computation)."""
-    return math.prod(jax.eval_shape(f, x).shape)
+def check_iteration_args(num_iters, tol) -> None:
+    """ValueError unless num_iters is None or an int >= 1 and tol is None or a finite float > 0."""
+    if num_iters is not None and (isinstance(num_iters, bool) or not isinstance(num_iters, int) or num_iters < 1):
+        raise ValueError(f"num_iters must be a positive int or None, got {num_iters!r}.")
+    if tol is not None and not (isinstance(tol, int | float) and math.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a finite number > 0 or None, got {tol!r}.")
+
+
+def _host_level(name: str, conv) -> None:
+    """TypeError when called under a JAX transformation, pointing at the traceable variant."""
+    if any(isinstance(a, jax.core.Tracer) for a in (conv.x_N, *conv.args)):
+        raise TypeError(
+            f"jacobian.{name} is a host-level entry point (it reads results back); inside jit, vmap or grad use "
+            f"normjax.jacobian.pure.{name} (or differentiable_spectral_norm)."
+        )
 
 
 def _finish(values, info, tol, return_info):
     if not info.converged:
         warnings.warn(
-            f"{info.method} stopped after {info.iterations} iterations with residual "
+            f"{info.method} stopped after {info.iterations} iterations with relative error bound "
             f"{info.residual:.3g} > tol {tol:.3g}; raise num_iters.",
             stacklevel=3,
         )
     return (values, info) if return_info else values
 
 
+def _exact(conv, k, out_size):
+    mode = "fwd" if conv.x_N.size <= out_size else "rev"  # the cheaper of N JVPs and M VJPs
+    s_K = _top_singular_values(jacobian_of(conv, mode=mode), k)
+    bound = float(jnp.finfo(conv.x_N.dtype).eps * s_K[0])
+    return s_K, SpectralInfo("exact", 0, float(jnp.finfo(conv.x_N.dtype).eps), True, bound)
+
+
 def singular_values(
-    f,
-    x,
+    f: Callable,
+    x: Any,
     k: int | None = None,
     *,
+    params: Any = None,
     method: str = "auto",
     num_iters: int | None = None,
     tol: float | None = None,
-    key=None,
+    key: jax.Array | None = None,
     return_info: bool = False,
-):
-    """Singular values of the Jacobian of f at x, largest first.
+) -> jax.Array | tuple[jax.Array, SpectralInfo]:
+    """Singular values of the Jacobian d f / d x at x, largest first.
 
     Args:
-      f: pure, hashable JAX function of one array (compiled code is cached per `f`).
-      x: floating array; N = x.size, M = f(x).size.
+      f: f(x), or f(params, x) with `params`, or an nnx.Module; see `normjax.jacobian.jacobian`
+        (never stale, compiled once per structure).
+      x: floating array or pytree of them; N = its size, M = the size of f(x).
       k: number of top singular values; None means all min(N, M) (exact only).
-      method: "exact" (materialize J with `jacobian`, dense SVD: O(N M min(N, M)) time, N M memory),
-        "lanczos" (matrix-free Golub-Kahan-Lanczos with full reorthogonalization: per step one JVP
-        + one VJP, about 3 forward passes, plus O((N + M) num_iters) memory and flops; an
-        approximation to within the reported residual), "power" (k = 1 only), or "auto"
-        (exact when N * M <= AUTO_EXACT_MAX_ENTRIES, else Lanczos).
-      num_iters: iteration cap: power steps (default 500) or Lanczos Krylov dimension (default
-        min(N, M, 2 k + 60)).
-      tol: stopping tolerance (default `default_tol(x.dtype)`); see `SpectralInfo.residual`.
+      params: pytree of arrays for f(params, x), or None.
+      method: "exact" (materialize J, dense SVD: O(N M min(N, M)) time, N M memory), "lanczos"
+        (matrix-free Golub-Kahan-Lanczos with full reorthogonalization: per step one JVP + one VJP,
+        plus O((N + M) num_iters) memory), "power" (k = 1 only), or "auto" (exact when
+        N * M <= AUTO_EXACT_MAX_ENTRIES, else Lanczos).
+      num_iters: iteration cap >= 1: power steps (default 500) or Lanczos Krylov dimension
+        (default min(N, M, 2 k + 60)).
+      tol: relative tolerance > 0 on the residual error bound (default `default_tol(x.dtype)`).
       key: PRNG key of the random start vector (default `jax.random.key(0)`).
       return_info: also return a `SpectralInfo`.
 
     Returns:
-      s_K of shape (k,) (or (min(N, M),) for k=None), and the `SpectralInfo` if asked.
+      s_K of shape (k,) (or (min(N, M),) for k=None), and the `SpectralInfo` if asked. Warns when
+      the error bound did not reach tol.
 
     Raises:
       ValueError: bad arguments or non-finite x. FloatingPointError: non-finite f(x) or result.
+      TypeError: f, x or f(x) of an unsupported kind.
     """
-    x = validate(f, x)
-    out_size = _output_size(f, x)
-    method = resolve_method(method, x.size, out_size)
-    rank = min(x.size, out_size)
+    check_iteration_args(num_iters, tol)
+    conv = prepare(f, x, params)
+    _host_level("singular_values", conv)
+    x_N, out_size = conv.x_N, conv.out_size
+    method = resolve_method(method, x_N.size, out_size)
+    rank = min(x_N.size, out_size)
     if k is None and method != "exact":
         raise ValueError(f"all singular values need method='exact'; pass k for {method!r}.")
     k = rank if k is None else k
-    if not 1 <= k <= rank:
-        raise ValueError(f"k must be in [1, min(x.size, f(x).size) = {rank}], got {k}.")
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= rank:
+        raise ValueError(f"k must be an int in [1, min(x.size, f(x).size) = {rank}], got {k!r}.")
     if method == "power" and k != 1:
         raise ValueError("power iteration gives only the top singular value; use k=1 or lanczos.")
-    tol = default_tol(x.dtype) if tol is None else tol
+    tol = default_tol(x_N.dtype) if tol is None else float(tol)
     key = jax.random.key(0) if key is None else key
     if method == "exact":
-        mode = "fwd" if x.size <= out_size else "rev"  # the cheaper of N JVPs and M VJPs
-        s_K = _top_singular_values(jacobian(f, x, mode=mode), k)
-        info = SpectralInfo("exact", 0, 0.0, True)
+        s_K, info = _exact(conv, k, out_size)
     else:
-        v0_N = krylov.random_vectors(key, (x.size,), x.dtype)
+        v0_N = krylov.random_vectors(key, (x_N.size,), x_N.dtype)
         if method == "power":
             iters = DEFAULT_POWER_ITERS if num_iters is None else num_iters
-            s, steps, res, bad_y = krylov.power(f, x, v0_N, iters, tol)
-            s_K = s[None]
+            s, steps, bound, bad_y = _power(conv.fn, conv.args, x_N, v0_N, iters, tol)
+            s_K, bound = s[None], float(bound)
+            res = bound / max(float(s), float(jnp.finfo(x_N.dtype).tiny))
         else:
             max_dim = min(rank, 2 * k + 60 if num_iters is None else num_iters)
             if max_dim < k:
                 raise ValueError(f"num_iters={num_iters} must be >= k={k} for lanczos.")
-            theta_K, steps, res, bad_y = krylov.lanczos(f, x, v0_N, k, max_dim, tol)
+            theta_K, steps, res, bad_y = _lanczos(conv.fn, conv.args, x_N, v0_N, k, max_dim, tol)
             s_K = theta_K[:k]
-            # A full Krylov basis (max_dim = rank) makes B's singular values exact up to rounding.
+            res = float(res)
+            bound = res * float(theta_K[0])
         checks.raise_if_nonfinite("f(x)", bad_y, out_size)
-        res = float(res)
+        # A full Krylov basis (max_dim = rank) makes B's singular values exact up to rounding.
         converged = res <= tol or (method == "lanczos" and int(steps) == rank)
-        info = SpectralInfo(method, int(steps), res, converged)
+        info = SpectralInfo(method, int(steps), res, converged, bound)
     checks.check_finite(f"the {info.method} singular values", s_K)
     return _finish(s_K, info, tol, return_info)
 
 
 def spectral_norm(
-    f,
-    x,
+    f: Callable,
+    x: Any,
     *,
+    params: Any = None,
     method: str = "auto",
     num_iters: int | None = None,
     tol: float | None = None,
-    key=None,
+    key: jax.Array | None = None,
     return_info: bool = False,
-):
-    """Largest singular value ||J||_2 of the Jacobian of f at x (scalar).
+) -> jax.Array | tuple[jax.Array, SpectralInfo]:
+    """Largest singular value ||J||_2 of the Jacobian d f / d x at x (scalar).
 
     Same arguments and costs as `singular_values` with k = 1. "power" runs power iteration on
-    J^T J (one JVP + one VJP per step) until the relative change of the estimate is <= tol; it
-    converges like (sigma_2 / sigma_1)^(2 i), so with a small gap its error can exceed tol: prefer
-    "lanczos" (a rigorous residual bound, far fewer steps) when accuracy matters.
+    J^T J (one JVP + one VJP per step) until its residual bound ||J^T u - s v|| <= tol * s; with a
+    small gap sigma_2 / sigma_1 that takes many steps: prefer "lanczos" when accuracy matters. For
+    use inside jit/vmap/grad see `normjax.jacobian.pure`.
 
     Returns:
       A scalar array, and the `SpectralInfo` if `return_info`.
     """
-    out = singular_values(f, x, 1, method=method, num_iters=num_iters, tol=tol, key=key, return_info=return_info)
+    out = singular_values(
+        f, x, 1, params=params, method=method, num_iters=num_iters, tol=tol, key=key, return_info=return_info
+    )
     return (out[0][0], out[1]) if return_info else out[0]
 
 
 def frobenius_norm_sq(
-    f,
-    x,
+    f: Callable,
+    x: Any,
     *,
+    params: Any = None,
     method: str = "hutchinson",
     num_probes: int = 64,
-    key=None,
+    key: jax.Array | None = None,
     chunk_size: int | None = None,
     return_info: bool = False,
-):
-    """Squared Frobenius norm ||J||_F^2 of the Jacobian of f at x (scalar).
+) -> jax.Array | tuple[jax.Array, FrobeniusInfo]:
+    """Squared Frobenius norm ||J||_F^2 of the Jacobian d f / d x at x (scalar).
 
     Args:
-      f, x: as in `singular_values`.
+      f, x, params: as in `singular_values`.
       method: "hutchinson" (unbiased estimate E||J z||^2 over `num_probes` Rademacher probes z:
         `num_probes` JVPs, never J; an approximation with the standard error in the info) or
         "exact" (sum of squares of the materialized J).
@@ -204,20 +257,22 @@ def frobenius_norm_sq(
       chunk_size: probes pushed through one `vmap` at a time (None: all at once).
       return_info: also return a `FrobeniusInfo`.
     """
-    x = validate(f, x, chunk_size=chunk_size)
-    out_size = _output_size(f, x)
-    if method == "exact":
-        J_MN = jacobian(f, x, chunk_size=chunk_size)
-        value, info = jnp.sum(J_MN**2), FrobeniusInfo("exact", 0, 0.0)
-    elif method == "hutchinson":
-        if num_probes < 2:
-            raise ValueError(f"num_probes must be >= 2, got {num_probes}.")
-        key = jax.random.key(0) if key is None else key
-        z_PN = krylov.random_vectors(key, (num_probes, x.size), x.dtype, "rademacher")
-        value, stderr, bad_y = krylov.hutchinson(f, x, z_PN, chunk_size)
-        checks.raise_if_nonfinite("f(x)", bad_y, out_size)
-        info = FrobeniusInfo("hutchinson", num_probes, float(stderr))
-    else:
+    if method not in ("hutchinson", "exact"):
         raise ValueError(f"method must be 'hutchinson' or 'exact', got {method!r}.")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}.")
+    conv = prepare(f, x, params)
+    _host_level("frobenius_norm_sq", conv)
+    if method == "exact":
+        J_MN = jacobian_of(conv, chunk_size=chunk_size)
+        value, info = jnp.sum(J_MN**2), FrobeniusInfo("exact", 0, 0.0)
+    else:
+        if isinstance(num_probes, bool) or not isinstance(num_probes, int) or num_probes < 2:
+            raise ValueError(f"num_probes must be an int >= 2, got {num_probes!r}.")
+        key = jax.random.key(0) if key is None else key
+        z_PN = krylov.random_vectors(key, (num_probes, conv.x_N.size), conv.x_N.dtype, "rademacher")
+        value, stderr, bad_y = _hutchinson(conv.fn, conv.args, conv.x_N, z_PN, chunk_size)
+        checks.raise_if_nonfinite("f(x)", bad_y, conv.out_size)
+        info = FrobeniusInfo("hutchinson", num_probes, float(stderr))
     checks.check_finite("the Frobenius norm estimate", value)
     return (value, info) if return_info else value

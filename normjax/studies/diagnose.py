@@ -47,7 +47,8 @@ def loss_fn(model, batch):
 def block_norms(model, inputs, method: str, length: int) -> dict:
     """||d x_{l+1} / d x_l||_2 of every block on the first `length` tokens of the first sequence: {stack: (L,)}.
 
-    One program per block (n = length * d_model inputs): exact up to jacobian.AUTO_EXACT_MAX_ENTRIES, else Lanczos.
+    n = length * d_model inputs: exact up to jacobian.AUTO_EXACT_MAX_ENTRIES, else Lanczos; every block of one
+    structure shares one compiled program (normjax.jacobian passes the weights as arguments).
     """
     inputs, masks = model_jacobians.one_sequence(tuple(x[:, :length] for x in inputs), {}, 0)
     streams = probes.run_probe(model, inputs, masks)

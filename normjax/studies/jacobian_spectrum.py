@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +9,7 @@ from flax import nnx
 from tqdm import tqdm
 
 import normjax
-from normjax import plotting
+from normjax import jacobian, plotting
 from normjax.io import to_jsonable
 from normjax.jacobian import model_jacobians, param_probes
 from normjax.studies.jacobian_spectrum_verdicts import verdicts
@@ -20,7 +18,7 @@ STACK = "encoder"
 
 
 def model_config(config, placement: str, num_layers: int) -> normjax.ModelConfig:
-    """A scanned float64 encoder: one compiled block serves every layer, rounding stays ~1e-16."""
+    """A scanned float64 encoder (rounding stays ~1e-16)."""
     return normjax.ModelConfig(
         arch="encoder",
         vocab_size=config.vocab_size,
@@ -34,29 +32,6 @@ def model_config(config, placement: str, num_layers: int) -> normjax.ModelConfig
         dtype="float64",
         param_dtype="float64",
     )
-
-
-@functools.cache
-def _block_jacobian_fn(graphdef, stack: str):
-    """(state, l, x_TD) -> (J_NN, y_TD) of block l, compiled once per model layout (not once per block).
-
-    `normjax.block_fn(model, l)` closes over l and the weights, so each block would compile its own
-    program. Here the stacked layer state of a scanned model is rolled so that block l sits at index 0
-    and block_fn(model, 0) evaluates it with the same wiring and constants; l stays a traced integer.
-    """
-
-    @jax.jit
-    def block_jacobian(state, l, x_TD):
-        state = jax.tree.map(lambda a: a, state)
-        layers = state["stacks"][stack]["layers"]
-        state["stacks"][stack]["layers"] = jax.tree.map(lambda a: jnp.roll(a, -l, axis=0), layers)
-        f = normjax.block_fn(nnx.merge(graphdef, state), 0, stack)
-        J_NN, y_N = jax.jacfwd(lambda v_N: (lambda y: (y, y))(f(v_N.reshape(x_TD.shape)).ravel()), has_aux=True)(
-            x_TD.ravel()
-        )
-        return J_NN, y_N.reshape(x_TD.shape)
-
-    return block_jacobian
 
 
 def spectrum_stats(s_N, floor: float) -> dict:
@@ -85,13 +60,11 @@ def _inputs(config, seed: int):
 
 def measure_exact(model, tokens_BT, floor: float) -> dict:
     """Exact per-block Jacobians J_l and every product d x_L / d x_l = J_{L-1} ... J_l (float64)."""
-    graphdef, state = nnx.split(model)
-    jac = _block_jacobian_fn(graphdef, STACK)
     streams, J_LNN = [normjax.embed(model, *tokens_BT, STACK)[0]], []
     for l in range(normjax.num_blocks(model, STACK)):  # x_{l+1} = block_l(x_l) comes with J_l
-        J_NN, x_TD = jac(state, l, streams[-1])
-        streams.append(x_TD)
-        J_LNN.append(np.asarray(J_NN))
+        f = normjax.block_fn(model, l, STACK)  # every block shares one compiled program
+        J_LNN.append(np.asarray(jacobian.jacobian(f, streams[-1])))
+        streams.append(jacobian.evaluate(f, streams[-1]))
     P_NN, svs = np.eye(J_LNN[0].shape[0]), []
     for J in reversed(J_LNN):
         P_NN = P_NN @ J

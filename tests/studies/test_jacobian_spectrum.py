@@ -66,7 +66,7 @@ def test_rezero_io_jacobian_is_identity(saved):
 
 
 def test_block_product_equals_stack_jacobian(x64):
-    """Chain rule: the product of the rolled per-block Jacobians is the Jacobian of the whole stack."""
+    """Chain rule: the product of the per-block Jacobians is the Jacobian of the whole stack."""
     config = tiny_config()
     model = normjax.Transformer(jacobian_spectrum.model_config(config, "post", 2), rngs=nnx.Rngs(0))
     tokens = (jax.random.randint(jax.random.key(1000), (1, 3), 0, 17),)
