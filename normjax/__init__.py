@@ -15,6 +15,7 @@ from normjax.init import (
 )
 from normjax.model import Transformer, check_token_ids
 from normjax.norms import make_norm
+from normjax.placements import DualStream
 from normjax.probing import (
     StackProbes,
     block_context,
@@ -36,6 +37,7 @@ __all__ = [
     "PLACEMENTS",
     "Block",
     "BlockContext",
+    "DualStream",
     "ModelConfig",
     "StackProbes",
     "Transformer",

@@ -130,6 +130,11 @@ class ModelConfig:
         for name in ("tie_embeddings", "scan_layers", "remat", "theory", "rezero_per_sublayer"):
             _check_bool(name, getattr(self, name))
         _check_bool("final_norm", self.final_norm, allow_none=True)
+        for stack in self.stacks:
+            if len({registry.get(p).dual_stream for p in self.layer_placements(stack)}) > 1:
+                _fail("placement", self.placement, f"the {stack} stack mixes resi_dual with one-stream placements")
+            if self.final_norm is False and self.has_dual_stream(stack):
+                _fail("final_norm", False, "resi_dual's output x_L + N(d_L) needs its norm; use None or True")
         if self.theory and self.num_heads != 1:
             _fail("num_heads", self.num_heads, "theory=True is Xiong et al.'s single-head setting; use 1")
         if self.scan_layers:
@@ -199,6 +204,10 @@ class ModelConfig:
         if self.final_norm is not None:
             return self.final_norm
         return registry.get(self.layer_placements(stack)[-1]).final_norm
+
+    def has_dual_stream(self, stack: str) -> bool:
+        """Whether `stack` carries ResiDual's two streams (its blocks map a `normjax.DualStream`)."""
+        return registry.get(self.layer_placements(stack)[0]).dual_stream
 
     def has_embedding_norm(self, stack: str) -> bool:
         """Whether `stack`'s embeddings are normalised (the config's switch, or a placement such as peri_ln)."""

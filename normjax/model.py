@@ -13,6 +13,7 @@ from normjax import registry
 from normjax.blocks import Block, BlockContext, norm_factory
 from normjax.config import ModelConfig
 from normjax.layers import attention_bias, dropout
+from normjax.placements import DualStream
 
 
 def sinusoidal_positions(max_len: int, d: int) -> np.ndarray:
@@ -118,6 +119,7 @@ class Stack(nnx.Module):
         self.name, self.depth = stack, cfg.stack_depth(stack)
         self.scanned, self.remat = cfg.scan_layers, cfg.remat
         self.causal = stack == "decoder"
+        self.dual = cfg.has_dual_stream(stack)  # ResiDual: blocks map DualStream(x, d)
         self.layers = _make_layers(cfg, stack, rngs)
         self.final_norm = norm_factory(cfg)(cfg.d_model) if cfg.has_final_norm(stack) else None
 
@@ -162,11 +164,23 @@ class Stack(nnx.Module):
         x, stacked = body(x, self.layers, keys)
         return x, [jax.tree.map(lambda a, l=l: a[l], stacked) for l in range(self.depth)]
 
+    def output(self, last):
+        """The stack output from its last stream: N(x_L) (x_L without a final norm); x_L + N(d_L) for ResiDual.
+
+        ResiDual as microsoft/ResiDual `resi_dual/resi_dual.py` lines 131 and 283 (`x * alpha + layer_norm(res)`,
+        alpha = 1 by default).
+        """
+        if self.dual:
+            return last.x + (last.d if self.final_norm is None else self.final_norm(last.d))
+        return last if self.final_norm is None else self.final_norm(last)
+
     def __call__(self, x, ctx: BlockContext, key=None, record: bool = False):
-        """(output, records, final_norm_input): the stack's output after its final norm (if any)."""
-        x, records = self.run_blocks(x, ctx, key, record=record)
-        out = x if self.final_norm is None else self.final_norm(x)
-        return out, records, x
+        """(output, records, last stream): x_L (a DualStream (x_L, d_L) for ResiDual) and the output from it.
+
+        A ResiDual stack starts from DualStream(x_0, x_0), as `resi_dual/resi_dual.py` lines 107 and 252.
+        """
+        last, records = self.run_blocks(DualStream(x, x) if self.dual else x, ctx, key, record=record)
+        return self.output(last), records, last
 
 
 class Transformer(nnx.Module):
@@ -236,7 +250,7 @@ class Transformer(nnx.Module):
         dropout_rng: jax.Array | None = None,
         record: bool = False,
     ) -> tuple[jax.Array, dict]:
-        """(logits, traces): traces[stack] = (records per block, final-norm input) when `record`."""
+        """(logits, traces): traces[stack] = (records per block, last stream) when `record`."""
         cfg = self.cfg
         if cfg.arch == "encoder_decoder":
             if len(inputs) != 2 or padding_mask is not None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import jax
+from flax import struct
+
 
 def post(s, x, F, rec, gate):  # Vaswani 2017: x = N(x + F(x))
     return s.norm(rec("post", x + F(x)))
@@ -50,6 +53,32 @@ def plain_residual(s, x, F, rec, gate):  # T-Fixup (no norm) and HybridNorm's at
 def normed_residual(s, x, F, rec, gate):  # HybridNorm's FFN: u = N(x); x = u + F(u)
     u = s.norm(rec("pre", x))
     return u + F(u)
+
+
+@struct.dataclass
+class DualStream:
+    """ResiDual's two residual streams, a pytree: `x` the Post-LN stream, `d` the dual (Pre-LN-like) stream.
+
+    Not an array on purpose: `jnp` functions refuse it instead of stacking the two streams into one array.
+    """
+
+    x: jax.Array
+    d: jax.Array
+
+
+def resi_dual(s, xd, F, rec, gate):
+    """ResiDual (Xie et al. 2023): x = N(x + F(x)) and d = d + F(x) (the same, dropped-out branch output).
+
+    microsoft/ResiDual `resi_dual/resi_dual_layers.py` lines 25-39 and 42-51 (encoder: `res = res + x`, then
+    `x = LN(x + xr)`), lines 116-177 (decoder, cross attention included).
+    """
+    if not isinstance(xd, DualStream):
+        raise TypeError(
+            f"a ResiDual sublayer maps a normjax.DualStream(x, d), got {type(xd).__name__}: it carries two "
+            "residual streams and is never run as if it were Post-LN"
+        )
+    f = F(xd.x)
+    return DualStream(s.norm(rec("post", xd.x + f)), xd.d + f)
 
 
 @dataclasses.dataclass(frozen=True)

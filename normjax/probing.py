@@ -14,6 +14,7 @@ from flax import nnx, struct
 from normjax.blocks import BlockContext, split_records
 from normjax.layers import attention_bias
 from normjax.model import Transformer
+from normjax.placements import DualStream
 
 
 @struct.dataclass
@@ -24,12 +25,17 @@ class StackProbes:
     site of block l ("attn.pre", "ffn.post", ...) to its input; branch_outputs[l] maps each sublayer
     ("attn", "cross", "ffn") to its branch output F(.). final_norm_input is streams[L] when the stack has a
     final norm, else None. A pytree: a jitted function may return it.
+
+    A ResiDual stack (`placement="resi_dual"`) carries two streams: streams[l] is its Post-LN stream x_l,
+    dual_streams[l] its dual stream d_l (d_0 = x_0, d_{l+1} = d_l + the block's branch outputs), and
+    final_norm_input is d_L (the stack outputs x_L + N(d_L)). dual_streams is None for every other stack.
     """
 
     streams: list
     norm_inputs: list
     branch_outputs: list
     final_norm_input: jax.Array | None
+    dual_streams: list | None = None
 
 
 def stack_names(model: Transformer) -> tuple[str, ...]:
@@ -59,15 +65,15 @@ def probe(model: Transformer, *inputs, **masks) -> tuple[jax.Array, dict[str, St
     return logits, probes
 
 
-def _stack_probes(model: Transformer, stack: str, records: list, final_input) -> StackProbes:
+def _stack_probes(model: Transformer, stack: str, records: list, last) -> StackProbes:
     split = [split_records({k: v for k, v in rec.items() if k != "stream"}) for rec in records]
     has_final = model.stacks[stack].final_norm is not None
-    return StackProbes(
-        [rec["stream"] for rec in records] + [final_input],
-        [s[0] for s in split],
-        [s[1] for s in split],
-        final_input if has_final else None,
-    )
+    streams = [rec["stream"] for rec in records] + [last]
+    dual = None
+    if model.stacks[stack].dual:
+        streams, dual = [s.x for s in streams], [s.d for s in streams]
+        last = last.d  # the final norm acts on d_L
+    return StackProbes(streams, [s[0] for s in split], [s[1] for s in split], last if has_final else None, dual)
 
 
 def probe_stream(
@@ -76,9 +82,12 @@ def probe_stream(
     """StackProbes of `stack` fed the stream x0 (B, T, D) directly instead of embedded tokens.
 
     For analysis in the theory setting (e.g. Gaussian inputs with E||x||^2 = d); `context` as for
-    block_fn (None: unpadded, causal for a decoder stack).
+    block_fn (None: unpadded, causal for a decoder stack). A ResiDual stack starts from DualStream(x0, x0),
+    as the model does (or from a DualStream passed as x0).
     """
     stack = _stack_name(model, stack)
+    if model.stacks[stack].dual and not isinstance(x0_BTD, DualStream):
+        x0_BTD = DualStream(x0_BTD, x0_BTD)
     records = []
 
     def body(m, s, x, ctx):
@@ -109,7 +118,21 @@ def block_context(
 
 
 def _as_batched(x):
-    return (x[None], True) if x.ndim == 2 else (x, False)
+    if jnp.ndim(jax.tree.leaves(x)[0]) == 2:
+        return jax.tree.map(lambda a: a[None], x), True
+    return x, False
+
+
+def _check_stream_kind(model: Transformer, stack: str, x) -> None:
+    """TypeError unless x is a DualStream exactly when `stack` is a ResiDual stack."""
+    if model.stacks[stack].dual and not isinstance(x, DualStream):
+        raise TypeError(
+            f"the {stack} stack is ResiDual (placement resi_dual): its blocks map the pair of streams "
+            f"normjax.DualStream(x, d), got {type(x).__name__}; one stream alone does not determine a ResiDual "
+            "block or its Jacobian (probe with normjax.probe: StackProbes.streams and .dual_streams)"
+        )
+    if not model.stacks[stack].dual and isinstance(x, DualStream):
+        raise TypeError(f"the {stack} stack carries one stream: pass an array, not a DualStream")
 
 
 def _pure(model: Transformer, stack: str | None, context: BlockContext | None, body, cached: bool = True):
@@ -128,17 +151,19 @@ def _pure(model: Transformer, stack: str | None, context: BlockContext | None, b
     causal = model.stacks[stack].causal
 
     def f(x):
-        if cached and not isinstance(x, jax.core.Tracer):
+        _check_stream_kind(model, stack, x)
+        if cached and not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(x)):
             from normjax.jacobian import traced  # normjax.jacobian imports normjax: import late
 
             return traced.evaluate(f, x)
         x_BTD, squeeze = _as_batched(x)
         ctx = context
         if ctx is None:
-            T = x_BTD.shape[1]
-            ctx = BlockContext(self_bias=attention_bias(None, T, T, causal=causal, dtype=x_BTD.dtype))
+            leaf = jax.tree.leaves(x_BTD)[0]
+            T = leaf.shape[1]
+            ctx = BlockContext(self_bias=attention_bias(None, T, T, causal=causal, dtype=leaf.dtype))
         y = body(model, stack, x_BTD, ctx)
-        return y[0] if squeeze else y
+        return jax.tree.map(lambda a: a[0], y) if squeeze else y
 
     return f
 
@@ -187,6 +212,9 @@ def block_fn(
 ) -> Callable[[jax.Array], jax.Array]:
     """Block l of `stack` as a pure function x -> y of (T, D) or (B, T, D), deterministic.
 
+    For a ResiDual stack x and y are `normjax.DualStream(x, d)` pairs (pytrees; `normjax.jacobian` takes
+    them), and an array input raises TypeError.
+
     Reads the model's current weights on every call; every block of one structure shares one compiled
     Jacobian program (normjax.jacobian hoists the weights and l into traced arguments).
     """
@@ -197,7 +225,10 @@ def block_fn(
 def sublayer_fn(
     model: Transformer, l: int, sublayer: str, stack: str | None = None, context: BlockContext | None = None
 ) -> Callable[[jax.Array], jax.Array]:
-    """x -> x after sublayer ("attn", "cross" or "ffn") of block l, wired as the block's placement says."""
+    """x -> x after sublayer ("attn", "cross" or "ffn") of block l, wired as the block's placement says.
+
+    DualStream -> DualStream for a ResiDual stack, as block_fn.
+    """
     idx = _check_block(model, stack, l)
     names = ("attn", "cross", "ffn") if model.cfg.has_cross_attention(_stack_name(model, stack)) else ("attn", "ffn")
     if sublayer not in names:
@@ -222,6 +253,7 @@ def stack_fn(
 
     Requires 0 <= start < stop <= depth. The blocks run in one masked loop over the whole stack (a block
     outside start..stop-1 is skipped by `lax.cond`), so every (start, stop) shares one compiled program.
+    DualStream -> DualStream for a ResiDual stack, as block_fn.
     """
     name = _stack_name(model, stack)
     depth = num_blocks(model, name)
@@ -305,6 +337,8 @@ def profile_admin(model: Transformer, *inputs, **masks) -> dict[str, list[dict[s
 
         x = embed(model, tokens, stack)
         acc = variance(x)
+        if model.stacks[stack].dual:
+            x = DualStream(x, x)
         st = model.stacks[stack]
         result[stack], per_block = [], []
         for l in range(st.depth):

@@ -30,6 +30,9 @@ class Placement:
       formula, notes, reference: the docs table row.
       source: the authors' code it was checked against (file and lines), where there is one.
       studies: the studies whose `:paper` preset includes it.
+      dual_stream: the block maps ResiDual's pair of streams (`placements.DualStream`) instead of one stream;
+        the stack starts from (x_0, x_0) and outputs x_L + N(d_L) (the final norm acts on d_L). A stack's
+        blocks are either all dual-stream or none.
     """
 
     name: str
@@ -46,6 +49,7 @@ class Placement:
     layers: Callable | None = None
     source: str = ""
     studies: tuple[str, ...] = ()
+    dual_stream: bool = False
 
     def wiring(self, sublayer: str) -> Wiring:
         """The wiring of `sublayer` ("attn", "cross" or "ffn")."""
@@ -296,6 +300,20 @@ _ENTRIES = (
         source="facebookresearch/fairseq fairseq/modules/transformer_layer.py (commit 00b6434), "
         "TransformerDecoderLayerBase: attn_ln, c_attn, ffn_layernorm",
         studies=ALL_STUDIES,
+    ),
+    Placement(
+        "resi_dual",
+        "ResiDual",
+        "#5254a3",
+        _same(Wiring(placements.resi_dual)),
+        final_norm=True,
+        formula="x = N(x + F(x)), d = d + F(x); x_0 = d_0 = embeddings, output x_L + N(d_L)",
+        reference="Xie et al. 2023",
+        notes="two streams (`normjax.DualStream`); base init; the output norm is the final norm",
+        source="microsoft/ResiDual resi_dual/resi_dual_layers.py lines 25-51 (encoder layer), 116-177 (decoder "
+        "layer); resi_dual/resi_dual.py lines 107-131 (encoder: d_0 = x_0, output x + LN(d)), 252-283 (decoder)",
+        studies=("hidden_norms", "grad_norms_at_init", "deep_training"),
+        dual_stream=True,
     ),
 )
 REGISTRY: dict[str, Placement] = {p.name: p for p in _ENTRIES}

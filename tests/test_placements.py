@@ -78,6 +78,7 @@ def _expected_sublayer(block, sub, x, records, name):
         "layerscale": lambda: x + gate * out,
         "tfixup": lambda: x + out,
         "normed": lambda: sub.norm(x) + out,
+        "resi_dual": lambda: normjax.DualStream(sub.norm(x.x + out), x.d + out),
     }[placement]()
 
 
@@ -94,10 +95,13 @@ def test_each_sublayer_follows_its_placement_formula(placement, arch):
         if gate is not None:
             gate.set_value(jnp.full_like(gate[...], 0.7))
     x = jax.random.normal(jax.random.key(1), inputs[-1].shape + (16,))
+    if model.cfg.has_dual_stream(stack):  # ResiDual: the pair (x, d), d != x after the first block
+        x = normjax.DualStream(x, 2.0 * x)
     for sub in block.sublayers():
         records = {}
         y = block.apply_sublayer(sub, x, ctx, records)
-        np.testing.assert_allclose(y, _expected_sublayer(block, sub, x, records, sub.name), rtol=1e-5, atol=1e-5)
+        expected = _expected_sublayer(block, sub, x, records, sub.name)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), y, expected)
         if placement in ("pre", "sandwich", "peri_ln", "layerscale", "subln", "normformer", "hybrid_first"):
             np.testing.assert_array_equal(records[f"{sub.name}.pre"], x)
         if placement in ("post", "deepnorm", "admin"):

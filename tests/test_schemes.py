@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from model_fixtures import model_inputs, tiny_model
+from model_fixtures import model_inputs, scan_twin, tiny_model
 
 import normjax
 from normjax import norms
@@ -154,3 +154,100 @@ def test_out_of_range_token_ids_are_rejected_eagerly_naming_the_value():
     with pytest.raises(ValueError, match="integer token ids"):
         model(jnp.ones((1, 3)))
     jax.jit(lambda t: model(t))(jnp.array([[1, 2, 3]]))  # traced ids are not checked (docs/model_api.md)
+
+
+def _resi_dual_block(x, d, p):  # Xie et al. 2023: per sublayer f = F(x); x = N(x + f); d = d + f
+    f = _attention(x, p)
+    x, d = _ln(x + f, p, "attn/norm"), d + f
+    f = _mlp(x, p)
+    return _ln(x + f, p, "ffn/norm"), d + f
+
+
+def _np_params(model, stack):
+    return [
+        {k: np.asarray(v) for k, v in layer.items()}
+        for layer in normjax.layer_params(nnx.state(model, nnx.Param), model, stack)
+    ]
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_resi_dual_matches_published_formula(scan_layers, x64):
+    """x_0 = d_0 = embeddings; both streams per sublayer; output x_L + N(d_L) before the tied head."""
+    model = tiny_model(arch="encoder", placement="resi_dual", num_layers=3, param_dtype="float64", dtype="float64")
+    _randomize_norms(model)
+    model = scan_twin(model) if scan_layers else model
+    tokens = model_inputs(model.cfg)[0]
+    x = d = np.asarray(normjax.embed(model, tokens, "encoder"))
+    xs, ds = [x], [d]
+    for p in _np_params(model, "encoder"):
+        x, d = _resi_dual_block(x, d, p)
+        xs.append(x), ds.append(d)
+    fn = model.stacks["encoder"].final_norm
+    out = x + _ln(d, {"f/scale": np.asarray(fn.scale[...]), "f/bias": np.asarray(fn.bias[...])}, "f")
+    table = np.asarray(model.embedders["encoder"].table.embedding[...])
+    logits, probes = normjax.probe(model, tokens)
+    np.testing.assert_allclose(logits, out @ table.T, rtol=1e-11, atol=1e-11)
+    sp = probes["encoder"]
+    for got, want in zip(sp.streams + sp.dual_streams, xs + ds, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(sp.final_norm_input, ds[-1], rtol=1e-11, atol=1e-11)
+    last = normjax.stack_fn(model, 0, 3, "encoder")(normjax.DualStream(jnp.asarray(xs[0]), jnp.asarray(ds[0])))
+    np.testing.assert_allclose(last.d, ds[-1], rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
+def test_resi_dual_outputs_x_plus_normed_dual_stream_in_every_arch(arch, x64):
+    model = tiny_model(arch=arch, placement="resi_dual", param_dtype="float64", dtype="float64")
+    inputs = model_inputs(model.cfg)
+    logits, probes = normjax.probe(model, *inputs)
+    table = model.embedders["decoder"].table.embedding[...]
+    for stack, sp in probes.items():
+        assert len(sp.dual_streams) == len(sp.streams) == 3
+        np.testing.assert_array_equal(sp.dual_streams[0], sp.streams[0])  # d_0 = x_0
+        for l, b in enumerate(sp.branch_outputs):  # d_{l+1} = d_l + every branch output of block l
+            np.testing.assert_allclose(sp.dual_streams[l + 1], sp.dual_streams[l] + sum(b.values()), rtol=1e-12)
+        out = sp.streams[-1] + model.stacks[stack].final_norm(sp.final_norm_input)
+        if stack == "encoder":
+            np.testing.assert_allclose(model.encode(inputs[0]), out, rtol=1e-12)
+        else:
+            np.testing.assert_allclose(logits, out @ table.T, rtol=1e-12)
+
+
+def test_resi_dual_block_jacobian_acts_on_the_pair(x64):
+    """d' = d + F(x) and x' = N(x + F(x)): d'/d = I, x'/d = 0, d'/x != 0 (what a Post-LN probe would miss)."""
+    model = tiny_model(arch="encoder", placement="resi_dual", param_dtype="float64", dtype="float64")
+    x = jax.random.normal(jax.random.key(3), (3, 16), jnp.float64)
+    J = np.asarray(normjax.jacobian.jacobian(normjax.block_fn(model, 1, "encoder"), normjax.DualStream(x, 2 * x)))
+    n = x.size
+    assert J.shape == (2 * n, 2 * n)
+    np.testing.assert_allclose(J[n:, n:], np.eye(n), atol=1e-14)
+    np.testing.assert_allclose(J[:n, n:], 0, atol=1e-14)
+    assert np.abs(J[n:, :n]).max() > 0.1
+
+
+def test_resi_dual_is_never_probed_as_one_stream():
+    model = tiny_model(placement="resi_dual")
+    x = jax.random.normal(jax.random.key(0), (5, 16))
+    for fn in (normjax.block_fn(model, 0), normjax.sublayer_fn(model, 0, "ffn"), normjax.stack_fn(model)):
+        with pytest.raises(TypeError, match="ResiDual.*DualStream"):
+            fn(x)
+        with pytest.raises(TypeError, match="ResiDual.*DualStream"):
+            jax.jit(fn)(x)
+    with pytest.raises(TypeError, match="one stream"):
+        normjax.block_fn(tiny_model(placement="post"), 0)(normjax.DualStream(x, x))
+    with pytest.raises(TypeError):  # the pair is no array: jnp does not silently stack the two streams
+        jnp.asarray(normjax.DualStream(x, x))
+    sp = normjax.probe_stream(model, x[None])  # d_0 = x_0, as the model starts
+    assert sp.dual_streams is not None and not np.allclose(sp.final_norm_input, sp.streams[-1])
+    assert normjax.probe_stream(tiny_model(placement="post"), x[None]).dual_streams is None
+
+
+def test_resi_dual_config_refusals():
+    with pytest.raises(ValueError, match="mixes resi_dual"):
+        normjax.ModelConfig(num_layers=2, placement=("resi_dual", "post"))
+    with pytest.raises(ValueError, match="final_norm=False"):
+        normjax.ModelConfig(placement="resi_dual", final_norm=False)
+    model = tiny_model(arch="encoder_decoder", num_layers=1, placement=("resi_dual", "admin"))
+    assert model.cfg.has_dual_stream("encoder") and not model.cfg.has_dual_stream("decoder")
+    omegas = normjax.profile_admin(model, *model_inputs(model.cfg))  # profiles through the dual encoder
+    assert omegas["encoder"] == [{}] and set(omegas["decoder"][0]) == {"attn", "cross", "ffn"}
