@@ -38,7 +38,10 @@ def _mean_sq(z_BTD) -> float:
 
 
 def measure(config, setting: str, placement: str, seed: int) -> dict:
-    """Per-layer ||x_l||^2/d and ||z||^2/d at each norm site, for one initialisation."""
+    """Per-layer ||x_l||^2/d and ||z||^2/d at each norm site, for one initialisation.
+
+    A ResiDual model also gives its dual stream's ||d_l||^2/d ("dual_stream"); "stream" is its Post-LN stream.
+    """
     model = normjax.Transformer(model_config(config, setting, placement), rngs=nnx.Rngs(seed))
     key = jax.random.key(1000 + seed)
     shape = (config.batch_size, config.seq_len)
@@ -52,7 +55,10 @@ def measure(config, setting: str, placement: str, seed: int) -> dict:
         for site in NORM_INPUT_SITES
         if any(site in n for n in probes.norm_inputs)
     }
-    return {"stream": [_mean_sq(x) for x in probes.streams], "norm_inputs": sites}
+    out = {"stream": [_mean_sq(x) for x in probes.streams], "norm_inputs": sites}
+    if probes.dual_streams is not None:
+        out["dual_stream"] = [_mean_sq(d) for d in probes.dual_streams]
+    return out
 
 
 def theory_setting_check(config, seed: int = 0) -> dict:
@@ -90,6 +96,9 @@ def lemma2_bounds(num_layers: int) -> dict:
 def _aggregate(runs: list[dict]) -> dict:
     stream = np.array([r["stream"] for r in runs])
     out = {"stream_mean": stream.mean(0), "stream_std": stream.std(0), "norm_inputs": {}}
+    if "dual_stream" in runs[0]:  # ResiDual's second stream
+        dual = np.array([r["dual_stream"] for r in runs])
+        out |= {"dual_stream_mean": dual.mean(0), "dual_stream_std": dual.std(0)}
     for site in runs[0]["norm_inputs"]:
         values = np.array([[np.nan if v is None else v for v in r["norm_inputs"][site]] for r in runs])
         out["norm_inputs"][site] = {"mean": values.mean(0), "std": values.std(0)}
@@ -138,6 +147,8 @@ def plot(results: dict, study) -> list[str]:
             ax.plot(l, mean, color=plotting.color(placement), label=placement, marker=MARKERS[i % 8], ms=4)
             ax.lines[-1].set_markevery(every)
             ax.fill_between(l, mean - std, mean + std, color=plotting.color(placement), alpha=0.2)
+            if "dual_stream_mean" in agg:  # ResiDual: x_l above, its dual stream d_l dashed
+                ax.plot(l, agg["dual_stream_mean"], color=plotting.color(placement), ls="--", label=f"{placement} d_l")
         if setting == "theory":
             l = np.arange(len(bounds["pre_lower"]))
             ax.fill_between(

@@ -9,7 +9,7 @@ from normjax.studies import hidden_norms, runner
 
 def _tiny():
     c = ml_collections.ConfigDict()
-    c.placements = ("post", "pre", "sandwich", "rezero")
+    c.placements = ("post", "pre", "sandwich", "rezero", "resi_dual")
     c.settings = ("theory", "real")
     c.vocab_size, c.d_model, c.num_heads, c.d_ff, c.num_layers = 31, 32, 2, 64, 4
     c.batch_size, c.seq_len, c.num_seeds = 2, 8, 2
@@ -22,8 +22,12 @@ def test_hidden_norms_smoke(tmp_path):
     assert (tmp_path / "hidden_norms" / "stream_norms.png").exists()
     assert set(results["runs"]) == {"theory", "real"}
     for setting in ("theory", "real"):
-        for placement in ("post", "pre", "sandwich", "rezero"):
+        for placement in ("post", "pre", "sandwich", "rezero", "resi_dual"):
             assert len(results["runs"][setting][placement]["stream_mean"]) == 5
+        # ResiDual: its Post-LN stream is normalised, its dual stream d_l = x_0 + every branch output grows
+        dual = np.array(results["runs"][setting]["resi_dual"]["dual_stream_mean"])
+        assert len(dual) == 5 and dual[-1] > dual[0]
+        assert "dual_stream_mean" not in results["runs"][setting]["post"]
     # ReZero at init is the identity: the stream never changes, so its norm is the same at every depth.
     rezero = np.array(results["runs"]["real"]["rezero"]["stream_mean"])
     np.testing.assert_allclose(rezero, rezero[0], rtol=1e-6)
