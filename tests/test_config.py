@@ -56,9 +56,13 @@ def test_final_norm_is_automatic_by_placement(placement):
     cfg = normjax.ModelConfig(num_layers=4, placement=placement)
     # The stream leaves these un-normalized (HybridNorm's code ends with ln_f too): they get a final norm.
     with_final = ("pre", "sandwich", "peri_ln", "branch_post", "layerscale", "mixln", "hybrid", "hybrid_first")
-    expected = placement in with_final + ("hybrid_star", "subln", "normformer")
+    expected = placement in with_final + ("hybrid_star", "subln", "normformer", "resi_dual")
     assert cfg.has_final_norm("decoder") is expected
-    assert cfg.replace(final_norm=not expected).has_final_norm("decoder") is (not expected)
+    if placement == "resi_dual":  # its output x_L + N(d_L) needs the norm: final_norm=False is refused
+        with pytest.raises(ValueError, match="final_norm=False"):
+            cfg.replace(final_norm=False)
+    else:
+        assert cfg.replace(final_norm=not expected).has_final_norm("decoder") is (not expected)
     assert cfg.replace(norm="none").has_final_norm("decoder") is False
 
 

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+from jax.flatten_util import ravel_pytree
 
 import normjax
 from normjax import jacobian
@@ -10,8 +11,11 @@ from normjax.jacobian import model_jacobians
 
 
 def stream(model, block, toks):
-    """The residual stream entering `block` on the first sequence, (T, D)."""
-    return normjax.probe(model, toks)[1]["decoder"].streams[block][0]
+    """The residual stream entering `block` on the first sequence, (T, D) (ResiDual: the DualStream pair)."""
+    sp = normjax.probe(model, toks)[1]["decoder"]
+    if sp.dual_streams is None:
+        return sp.streams[block][0]
+    return normjax.DualStream(sp.streams[block][0], sp.dual_streams[block][0])
 
 
 @pytest.mark.parametrize("placement", normjax.PLACEMENTS)
@@ -25,7 +29,9 @@ def test_block_jacobian_fwd_rev_and_finite_differences(placement, helpers):
     with jax.disable_jit():
         J = jacobian.jacobian(f, x_TD)
         np.testing.assert_allclose(jacobian.jacobian(f, x_TD, mode="rev"), J, rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(helpers.central_differences(f, x_TD), J, rtol=1e-7, atol=1e-8)
+        x_N, unravel = ravel_pytree(x_TD)  # ResiDual's blocks map a pair of streams
+        fd = helpers.central_differences(lambda z: ravel_pytree(f(unravel(z)))[0], x_N)
+        np.testing.assert_allclose(fd, J, rtol=1e-7, atol=1e-8)
     assert np.abs(J - np.eye(J.shape[0])).max() > 1e-2  # the branch is really there
 
 
