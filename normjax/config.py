@@ -50,7 +50,8 @@ class ModelConfig:
     """One Transformer: topology, placement, norm kind and init rules.
 
     `placement` is a name from the placement registry (`normjax.registry`) or a tuple with one name per layer
-    (encoder layers first, then decoder layers, for `encoder_decoder`). `norm_bias=False` drops LayerNorm's and
+    (encoder layers first, then decoder layers, for `encoder_decoder`; `resi_dual`, whose blocks carry two
+    streams, for all layers of a stack or none). `norm_bias=False` drops LayerNorm's and
     DyT's beta; `qk_norm=True` adds a per-head norm of queries and keys to every attention, whatever the
     placement; `embedding_norm=True` normalises the embeddings before the first block. Invalid values raise
     `ValueError` naming the field, the value and the valid choices. `theory=True` is Xiong et al.'s analysis
