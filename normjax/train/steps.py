@@ -191,7 +191,8 @@ def diagnostics(graphdef: nnx.GraphDef, task: str, params: nnx.State, consts: nn
     """Gradient norm per layer (all params and FFN weights) and the DeepNet LN-input diagnostic.
 
     Gradients are of the unsmoothed nll without dropout. `norm_input_rms` is, per stack, the largest
-    over layers and norm sites of the mean over real tokens of ||x|| / sqrt(d) at the norm's input
+    over layers and norm sites of the mean over real tokens of ||x|| / sqrt(d) at the norm's input (a
+    per-head site's token counts all its D entries)
     (about 1 at a healthy init; >> 1 when Post-LN's LN inputs blow up). Stacks without norm sites
     report 0.
 
