@@ -175,3 +175,19 @@ def test_grad_sign_update_decreases_the_loss(helpers):
     with pytest.raises(ValueError, match="needs loss_fn"):
         param_probes.perturbation(model, eps=1e-4, kind="grad_sign")
     assert normjax.stack_names(model) == ("decoder",)
+
+
+def test_cross_attention_keys_use_the_source_mask(helpers):
+    # cross.k / cross.v normalize encoder positions: their statistics skip padded source tokens (here the
+    # target is unpadded and as long as the source, so the target mask would silently count them).
+    model = helpers.model(arch="encoder_decoder", placement="hybrid")
+    src, tgt = helpers.tokens(length=3), helpers.tokens(length=3, seed=1)
+    src_mask = jnp.ones(src.shape, bool).at[0, 1:].set(False)
+    out = probes.norm_sites(model, src, tgt, src_mask=src_mask)["decoder"]["layers"][0]
+    z = normjax.probe(model, src, tgt, src_mask=src_mask)[1]["decoder"].norm_inputs[0]["cross.k"]
+    params = probes._params_at(model, "cross.k", normjax.layer_params(nnx.state(model, nnx.Param), model, "decoder")[0])
+    jac_BT, sigma, _ = probes.site_closed_form(model.cfg.norm, z, params)
+    real = np.asarray(src_mask)
+    np.testing.assert_allclose(out["cross.k"]["jac_norm"]["mean"], np.asarray(jac_BT)[real].mean(), rtol=1e-12)
+    np.testing.assert_allclose(out["cross.k"]["sigma"]["max"], np.asarray(sigma)[real].max(), rtol=1e-12)
+    assert not np.isclose(out["cross.k"]["jac_norm"]["mean"], np.asarray(jac_BT).mean(), rtol=1e-6)
