@@ -251,7 +251,8 @@ def table(rows: list[dict]) -> str:
 
 def target_lines(rows: list[dict]) -> list[str]:
     """The project's targets for the spectral norm (k = 1), checked: matrix-free >= 20x exact at n = 4096
-    with rel err <= 1e-3; n = 65536 in under a minute, compile included."""
+    with rel err <= 1e-3; n = 65536 in under a minute, compile included; issue 10's n = 65536 first call
+    (compile included) <= 1.5 s and warm call <= 0.5 s."""
     lines = []
     for r in rows:
         torch_row = next(
@@ -283,6 +284,11 @@ def target_lines(rows: list[dict]) -> list[str]:
             lines.append(
                 f"target n=65536 {r['placement']} {r['method']}: {r['first_s']:.1f} s "
                 f"with compile -> {'met' if r['first_s'] < 60 else 'MISSED'}"
+            )
+            ok = r["first_s"] <= 1.5 and r["time_s"] <= 0.5
+            lines.append(
+                f"target (issue 10) n=65536 {r['placement']} {r['method']}: first {r['first_s']:.2f} s <= 1.5, "
+                f"warm {r['time_s']:.2f} s <= 0.5 ({r['iterations']} iterations) -> {'met' if ok else 'MISSED'}"
             )
     return lines
 

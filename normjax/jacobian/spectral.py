@@ -115,8 +115,10 @@ def _host_level(name: str, conv) -> None:
 def _finish(values, info, tol, return_info):
     if not info.converged:
         warnings.warn(
-            f"{info.method} stopped after {info.iterations} iterations with relative error bound "
-            f"{info.residual:.3g} > tol {tol:.3g}; raise num_iters.",
+            f"{info.method} stopped after {info.iterations} iterations with relative residual bound "
+            f"{info.residual:.3g} > tol {tol:.3g}: each estimate is guaranteed within that (relative) of a "
+            "singular value of J, and is often far closer (a converged value's error shrinks like the bound "
+            "squared over the gap to the next singular value). Raise num_iters (or tol) for a guaranteed bound.",
             stacklevel=3,
         )
     return (values, info) if return_info else values
@@ -152,7 +154,9 @@ def singular_values(
       method: "exact" (materialize J, dense SVD: O(N M min(N, M)) time, N M memory), "lanczos"
         (matrix-free Golub-Kahan-Lanczos with full reorthogonalization: per step one JVP + one VJP,
         plus O((N + M) num_iters) memory), "power" (k = 1 only), or "auto" (exact when
-        N * M <= AUTO_EXACT_MAX_ENTRIES, else Lanczos).
+        N * M <= AUTO_EXACT_MAX_ENTRIES, else Lanczos; with num_iters None, auto's Lanczos doubles
+        its Krylov dimension from min(N, M, 2 k + 60) until the bound reaches tol or the dimension
+        reaches min(N, M), one compile per dimension tried).
       num_iters: iteration cap >= 1: power steps (default 500) or Lanczos Krylov dimension
         (default min(N, M, 2 k + 60)).
       tol: relative tolerance > 0 on the residual error bound (default `default_tol(x.dtype)`).
@@ -171,7 +175,7 @@ def singular_values(
     conv = prepare(f, x, params)
     _host_level("singular_values", conv)
     x_N, out_size = conv.x_N, conv.out_size
-    method = resolve_method(method, x_N.size, out_size)
+    requested, method = method, resolve_method(method, x_N.size, out_size)
     rank = min(x_N.size, out_size)
     if k is None and method != "exact":
         raise ValueError(f"all singular values need method='exact'; pass k for {method!r}.")
@@ -189,17 +193,23 @@ def singular_values(
         if method == "power":
             iters = DEFAULT_POWER_ITERS if num_iters is None else num_iters
             s, steps, bound, bad_y = _power(conv.fn, conv.args, x_N, v0_N, iters, tol)
+            checks.raise_if_nonfinite("f(x)", bad_y, out_size)
             s_K, bound = s[None], float(bound)
             res = bound / max(float(s), float(jnp.finfo(x_N.dtype).tiny))
         else:
             max_dim = min(rank, 2 * k + 60 if num_iters is None else num_iters)
             if max_dim < k:
                 raise ValueError(f"num_iters={num_iters} must be >= k={k} for lanczos.")
-            theta_K, steps, res, bad_y = _lanczos(conv.fn, conv.args, x_N, v0_N, k, max_dim, tol)
+            while True:
+                theta_K, steps, res, bad_y = _lanczos(conv.fn, conv.args, x_N, v0_N, k, max_dim, tol)
+                checks.raise_if_nonfinite("f(x)", bad_y, out_size)
+                res = float(res)
+                # "auto" owns the Krylov dimension: double it until the bound reaches tol or spans everything.
+                if requested != "auto" or num_iters is not None or res <= tol or max_dim == rank:
+                    break
+                max_dim = min(rank, 2 * max_dim)
             s_K = theta_K[:k]
-            res = float(res)
             bound = res * float(theta_K[0])
-        checks.raise_if_nonfinite("f(x)", bad_y, out_size)
         # A full Krylov basis (max_dim = rank) makes B's singular values exact up to rounding.
         converged = res <= tol or (method == "lanczos" and int(steps) == rank)
         info = SpectralInfo(method, int(steps), res, converged, bound)

@@ -76,10 +76,12 @@ def format_table(results: dict, markdown: bool = False) -> str:
         stack = results["stacks"][name]
         rows = table_rows(stack)
         sites = "/".join(stack["sigma"]) or "none"
+        per_head = any(site.endswith((".q", ".k", ".v")) for site in stack["sigma"])
         lines.append(
             f"{'### ' if markdown else ''}{name} stack: {stack['num_layers']} layers, {model['norm']}, "
             f"d_model {model['d_model']}; norm columns list the sites {sites} "
-            "(input scale: sigma for layernorm, rms for rmsnorm)"
+            "(input scale: sigma for layernorm, rms for rmsnorm"
+            + ("; q/k/v norms act per head: ||dN/dz|| is the token's, sigma the mean over heads)" if per_head else ")")
         )
         if markdown:
             cells = [[c.replace("|", "\\|") for c in r] for r in rows]

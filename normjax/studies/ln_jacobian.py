@@ -12,7 +12,7 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting
 from normjax.io import to_jsonable
-from normjax.jacobian import norm_jacobians, probes
+from normjax.jacobian import probes
 from normjax.studies.hidden_norms import lemma2_bounds, model_config
 from normjax.studies.ln_jacobian_checks import autodiff_spectral, wiring_errors
 from normjax.studies.ln_jacobian_verdicts import verdicts
@@ -47,21 +47,22 @@ def site_stats(model, sp) -> dict:
 
     The same quantities as `probes.norm_sites`, computed from StackProbes so that the theory setting
     can feed Gaussian streams (norm_sites takes tokens only). The final norm uses gamma = 1 (exact
-    at init).
+    at init). At a per-head site (QKV-norm) "jac" is the per-token norm (largest head) and "sigma"
+    the mean over (token, head), as in `probes.site_closed_form`.
     """
     cfg = model.cfg
     layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "encoder")
 
-    def stats(z_BTD, scale):
-        closed = norm_jacobians.norm_jacobian_norm(cfg.norm, z_BTD, scale=scale, eps=cfg.norm_eps, alpha=cfg.dyt_alpha)
-        sigma_BT = probes.input_scale(cfg.norm, z_BTD, cfg.norm_eps)
-        return {"sigma": float(jnp.mean(sigma_BT)), "jac": float(jnp.mean(closed.value)), "exact": bool(closed.exact)}
+    def stats(z, scale):
+        params = {"scale": scale, "eps": cfg.norm_eps, "alpha": cfg.dyt_alpha}
+        jac_BT, sigma, exact = probes.site_closed_form(cfg.norm, z, params)
+        return {"sigma": float(jnp.mean(sigma)), "jac": float(jnp.mean(jac_BT)), "exact": exact}
 
     sites = {}
     for l, inputs in enumerate(sp.norm_inputs):
-        for site, z_BTD in inputs.items():
+        for site, z in inputs.items():
             scale = layers[l].get(f"{probes.norm_module_name(site, layers[l])}/scale")
-            sites.setdefault(site, [None] * len(layers))[l] = stats(z_BTD, scale)
+            sites.setdefault(site, [None] * len(layers))[l] = stats(z, scale)
     final = None if sp.final_norm_input is None else stats(sp.final_norm_input, None)
     return {"sites": sites, "final": final}
 

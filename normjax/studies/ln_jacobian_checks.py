@@ -34,17 +34,21 @@ def _top_singular_value(J_NDD) -> np.ndarray:
 
 
 def _site_inputs(model, sp, num_tokens: int):
-    """[(layer or "final", site, z (num_tokens, d), gamma (d,))]: the first tokens of sequence 0."""
+    """([(layer or "final", site, z (num_tokens, d), gamma (d,))]: the first tokens of sequence 0 at every
+    full-width site, [(layer, site)] of the per-head sites left out)."""
     layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "encoder")
     ones = jnp.ones((model.cfg.d_model,))
-    out = []
+    out, per_head = [], []
     for l, inputs in enumerate(sp.norm_inputs):
         for site, z_BTD in inputs.items():
+            if z_BTD.ndim == 4:  # per head (B, T, H, d/H)
+                per_head.append((l, site))
+                continue
             scale = layers[l].get(f"{probes.norm_module_name(site, layers[l])}/scale", ones)
             out.append((l, site, z_BTD[0, :num_tokens], scale))
     if sp.final_norm_input is not None:
         out.append(("final", "final", sp.final_norm_input[0, :num_tokens], ones))
-    return out
+    return out, per_head
 
 
 def _rel_err(a, b) -> float:
@@ -59,14 +63,18 @@ def autodiff_spectral(model, sp, num_tokens: int, gamma_noise: float) -> dict:
     it is only an upper bound, so the ratio autodiff / closed form (<= 1) is reported, and the
     closed-form matrix (1/sigma) diag(gamma) P is compared with the autodiff matrix as well.
 
+    Per-head sites (QKV-norm, width d/H) are left out here and listed in "per_head_sites_skipped";
+    `probes.check_ln_jacobian_autodiff` (the study's matrix check) covers them.
+
     Returns:
       {"max_rel_err": spectral norms at the model's gamma, "per_layer": {site: (L,) mean autodiff
-      norm}, "noisy_gamma": {"matrix_rel_err", "ratio_min", "ratio_mean"}, "num_vectors": int}.
+      norm}, "noisy_gamma": {"matrix_rel_err", "ratio_min", "ratio_mean"}, "num_vectors": int,
+      "per_head_sites_skipped": [(layer, site)]}.
     """
     cfg = model.cfg
     if cfg.norm != "layernorm":
         raise ValueError(f"ln_jacobian checks LayerNorm; the model has norm={cfg.norm!r}")
-    entries = _site_inputs(model, sp, num_tokens)
+    entries, per_head = _site_inputs(model, sp, num_tokens)
     z_ND = jnp.concatenate([z for _, _, z, _ in entries])
     scale_ND = jnp.concatenate([jnp.broadcast_to(g, z.shape) for _, _, z, g in entries])
     s_N = _top_singular_value(_autodiff(cfg.norm, cfg.d_model, cfg.norm_eps, scale_ND, z_ND))
@@ -92,6 +100,7 @@ def autodiff_spectral(model, sp, num_tokens: int, gamma_noise: float) -> dict:
             "gamma_noise": gamma_noise,
         },
         "num_vectors": int(z_ND.shape[0]),
+        "per_head_sites_skipped": per_head,
     }
 
 

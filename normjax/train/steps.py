@@ -191,7 +191,8 @@ def diagnostics(graphdef: nnx.GraphDef, task: str, params: nnx.State, consts: nn
     """Gradient norm per layer (all params and FFN weights) and the DeepNet LN-input diagnostic.
 
     Gradients are of the unsmoothed nll without dropout. `norm_input_rms` is, per stack, the largest
-    over layers and norm sites of the mean over real tokens of ||x|| / sqrt(d) at the norm's input
+    over layers and norm sites of the mean over real tokens of ||x|| / sqrt(d) at the norm's input (a
+    per-head site's token counts all its D entries)
     (about 1 at a healthy init; >> 1 when Post-LN's LN inputs blow up). Stacks without norm sites
     report 0.
 
@@ -222,6 +223,7 @@ def diagnostics(graphdef: nnx.GraphDef, task: str, params: nnx.State, consts: nn
             # cross-attention keys/values are encoder positions: weight them by the source mask
             w_BT = stack_masks["encoder" if name in ("cross.k", "cross.v") else stack]
             w_BT = w_BT.astype(jnp.float32)
+            x_BTD = x_BTD.reshape(*x_BTD.shape[:2], -1)  # per-head sites (B, T, H, D/H): the token's D entries
             r_BT = jnp.linalg.norm(x_BTD.astype(jnp.float32), axis=-1) / jnp.sqrt(x_BTD.shape[-1])
             rms.append((r_BT * w_BT).sum() / jnp.maximum(w_BT.sum(), 1.0))
         out[f"norm_input_rms/{stack}"] = jnp.max(jnp.stack(rms))

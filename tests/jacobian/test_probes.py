@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 import normjax
-from normjax.jacobian import param_probes, probes
+from normjax.jacobian import norm_jacobians, param_probes, probes
 
 
 def lm_loss(model, tokens_BT):
@@ -54,16 +54,10 @@ SITE_MODULES = {
 }
 
 
-PER_HEAD = pytest.mark.xfail(
-    strict=True, reason="HybridNorm's QKV norms act per head: probes.norm_sites must reduce (B, T, H) sites per token"
-)
-
-
-@pytest.mark.parametrize(
-    "placement", [pytest.param(p, marks=PER_HEAD) if p == "hybrid" else p for p in sorted(SITE_MODULES)]
-)
+@pytest.mark.parametrize("placement", sorted(SITE_MODULES))
 def test_norm_sites_read_each_norms_own_scale(placement, helpers):
-    # A distinct constant gamma per norm module makes ||J|| sigma = |gamma| exactly (one token).
+    # A distinct constant gamma per norm module makes ||J|| sigma = |gamma| exactly (one token). A
+    # per-head site's J is block diagonal: ||J|| = |gamma| / (the smallest head's sigma).
     model = helpers.model(placement=placement)
     gammas = {module: -1.5 - i for i, module in enumerate(SITE_MODULES[placement].values())}
 
@@ -79,9 +73,40 @@ def test_norm_sites_read_each_norms_own_scale(placement, helpers):
         for site, module in SITE_MODULES[placement].items():
             stats = layer[site]
             assert stats["exact"] and stats["scale_from"] == "params"
+            assert stats["heads"] == (2 if module.startswith("attn/qkv_norm") else 1)
             np.testing.assert_allclose(
-                stats["jac_norm"]["mean"] * stats["sigma"]["mean"], abs(gammas[module]), rtol=1e-12
+                stats["jac_norm"]["mean"] * stats["sigma"]["min"], abs(gammas[module]), rtol=1e-12
             )
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "dyt"])
+def test_per_head_site_matches_autodiff_of_the_models_own_norm(norm, helpers):
+    # HybridNorm's q-norm acts on each head's D/H entries: a token's D x D Jacobian (jacfwd of the
+    # model's own module) is block diagonal, and its spectral norm is what norm_sites reports.
+    model, toks = helpers.model(placement="hybrid", norm=norm), helpers.tokens(batch=1, length=2)
+    rng = np.random.default_rng(1)
+    helpers.set_params(model, lambda name, w: w + 0.3 * rng.normal(size=w.shape) if "qkv_norm" in name else w)
+    z = normjax.probe(model, toks)[1]["decoder"].norm_inputs[0]["attn.q"]  # (1, T, H, D/H)
+    B, T, H, k = z.shape
+    norm_module = model.stacks["decoder"].layers[0].attn.branch.qkv_norm["q"]
+    J_TDD = jax.vmap(jax.jacfwd(norm_module))(z[0]).reshape(T, H * k, H * k)
+    params = probes._params_at(model, "attn.q", normjax.layer_params(nnx.state(model, nnx.Param), model)[0])
+    closed = probes.block_diagonal(norm_jacobians.norm_jacobian(norm, z[0], **params))
+    np.testing.assert_allclose(closed, J_TDD, rtol=0, atol=1e-12 * np.abs(J_TDD).max())
+    jac_BT, sigma, _ = probes.site_closed_form(norm, z, params)
+    assert sigma.shape == (B, T, H)
+    site = probes.norm_sites(model, toks)["decoder"]["layers"][0]["attn.q"]
+    np.testing.assert_allclose(site["jac_norm"]["max"], float(jac_BT.max()), rtol=1e-12)
+    assert probes.check_ln_jacobian_autodiff(model, toks, num_tokens=2)["max_rel_err"] < 1e-12
+    true_T = np.linalg.norm(np.asarray(J_TDD), 2, axis=(1, 2))
+    if norm == "dyt":  # diagonal Jacobian: the closed form is exact
+        np.testing.assert_allclose(jac_BT[0], true_T, rtol=1e-12)
+    else:  # random gamma: an upper bound; exact for a constant gamma
+        assert np.all(true_T <= np.asarray(jac_BT[0]) * (1 + 1e-12))
+        nnx.update(norm_module, {"scale": jnp.full((k,), -1.3)})
+        J_const = jax.vmap(jax.jacfwd(norm_module))(z[0]).reshape(T, H * k, H * k)
+        const_BT = probes.site_closed_form(norm, z, params | {"scale": jnp.full((k,), -1.3)})[0]
+        np.testing.assert_allclose(const_BT[0], np.linalg.norm(np.asarray(J_const), 2, axis=(1, 2)), rtol=1e-12)
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "dyt"])
@@ -150,3 +175,19 @@ def test_grad_sign_update_decreases_the_loss(helpers):
     with pytest.raises(ValueError, match="needs loss_fn"):
         param_probes.perturbation(model, eps=1e-4, kind="grad_sign")
     assert normjax.stack_names(model) == ("decoder",)
+
+
+def test_cross_attention_keys_use_the_source_mask(helpers):
+    # cross.k / cross.v normalize encoder positions: their statistics skip padded source tokens (here the
+    # target is unpadded and as long as the source, so the target mask would silently count them).
+    model = helpers.model(arch="encoder_decoder", placement="hybrid")
+    src, tgt = helpers.tokens(length=3), helpers.tokens(length=3, seed=1)
+    src_mask = jnp.ones(src.shape, bool).at[0, 1:].set(False)
+    out = probes.norm_sites(model, src, tgt, src_mask=src_mask)["decoder"]["layers"][0]
+    z = normjax.probe(model, src, tgt, src_mask=src_mask)[1]["decoder"].norm_inputs[0]["cross.k"]
+    params = probes._params_at(model, "cross.k", normjax.layer_params(nnx.state(model, nnx.Param), model, "decoder")[0])
+    jac_BT, sigma, _ = probes.site_closed_form(model.cfg.norm, z, params)
+    real = np.asarray(src_mask)
+    np.testing.assert_allclose(out["cross.k"]["jac_norm"]["mean"], np.asarray(jac_BT)[real].mean(), rtol=1e-12)
+    np.testing.assert_allclose(out["cross.k"]["sigma"]["max"], np.asarray(sigma)[real].max(), rtol=1e-12)
+    assert not np.isclose(out["cross.k"]["jac_norm"]["mean"], np.asarray(jac_BT).mean(), rtol=1e-6)

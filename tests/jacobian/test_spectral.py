@@ -1,5 +1,7 @@
 """Power iteration and Lanczos against the dense SVD; Hutchinson against the exact ||J||_F^2."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -78,6 +80,23 @@ def test_auto_picks_exact_for_small_and_lanczos_for_large():
     s, info = jacobian.spectral_norm(jnp.tanh, x_big, return_info=True)
     assert info.method == "lanczos" and info.converged
     np.testing.assert_allclose(s, 1.0, rtol=1e-9)
+
+
+def test_auto_grows_lanczos_until_its_bound_holds():
+    # A 1000 x 1100 Gaussian J: the top value converges (error ~1e-15) long before the residual bound
+    # reaches tol at the default Krylov dimension 62; explicit lanczos warns, auto enlarges the space.
+    A_MN = jax.random.normal(jax.random.key(0), (1000, 1100), jnp.float64)
+    fn, x = (lambda x: A_MN @ x), jnp.ones(1100)
+    true = np.linalg.norm(np.asarray(A_MN), 2)
+    with pytest.warns(UserWarning, match="guaranteed within that"):
+        s, info = jacobian.spectral_norm(fn, x, method="lanczos", return_info=True)
+    assert info.iterations == 62 and not info.converged and abs(float(s) - true) <= info.error_bound
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # auto: no warning
+        s, info = jacobian.spectral_norm(fn, x, return_info=True)
+    assert info.method == "lanczos" and info.iterations > 62 and info.converged
+    assert info.residual <= 1e-10  # the float64 default tol
+    assert abs(float(s) - true) <= info.error_bound
 
 
 def test_unconverged_power_warns():

@@ -133,7 +133,7 @@ def test_power_bound_is_honest_on_a_small_gap():
     s_N = jnp.asarray([1.001, 1.0] + [0.5] * 30)
     f = lambda x: s_N * x  # noqa: E731
     x = jnp.ones(s_N.size)
-    with pytest.warns(UserWarning, match="raise num_iters"):
+    with pytest.warns(UserWarning, match="Raise num_iters"):
         s, info = jacobian.spectral_norm(f, x, method="power", num_iters=200, return_info=True)
     assert not info.converged
     assert abs(float(s) - 1.001) <= info.error_bound  # the bound covers the true error
