@@ -4,6 +4,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import math
 import os
 import shutil
@@ -143,23 +144,26 @@ def _alive(pid: int) -> bool:
 
 
 class FolderLock:
-    """An exclusive lock on a folder: flock on folder/.lock, dropped by the OS when the process dies.
+    """An exclusive lock on a folder: flock on folder/`name`, dropped by the OS when the process dies.
 
     Raises:
-      WorkdirError: at once (no waiting) when another process holds the lock.
+      WorkdirError: at once when another process holds the lock, unless `wait` (then it waits, saying so).
     """
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, *, wait: bool = False, name: str = LOCK_NAME):
         os.makedirs(folder, exist_ok=True)
-        self.fd = os.open(os.path.join(folder, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o666)
+        self.fd = os.open(os.path.join(folder, name), os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(self.fd)
-            raise WorkdirError(
-                f"{folder} is in use by another process (pid {holder}); wait for it to end or use another --workdir"
-            ) from None
+            if not wait:
+                os.close(self.fd)
+                raise WorkdirError(
+                    f"{folder} is in use by another process (pid {holder}); wait for it to end or use another --workdir"
+                ) from None
+            logging.warning("%s is in use by another process (pid %s); waiting for it", folder, holder)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
 

@@ -145,24 +145,33 @@ class StudyDir:
 
 
 def run_study(
-    name: str, workdir: str, config, compute: Callable, plot: Callable, force: bool = False, folder: str | None = None
+    name: str,
+    workdir: str,
+    config,
+    compute: Callable,
+    plot: Callable,
+    force: bool = False,
+    folder: str | None = None,
+    wait: bool = False,
 ) -> dict:
     """Run compute(config, study_dir) -> results and plot(results, study_dir) -> figure paths.
 
     Skips the work when WORKDIR/<name>/results.json (or `folder`/results.json) holds the same config and
     code; `force` recomputes. A rerun after an interruption reuses the pieces compute() stored with
-    `study_dir.cached`. The study folder is locked while it computes.
+    `study_dir.cached`. The study folder is locked while it computes; with `wait` (the shards of one sweep,
+    which all reach the analysis) a process finding it locked waits, then returns the results the other wrote.
 
     Raises:
       ConfigError: naming the differing keys when the folder holds results of another config (not `force`).
-      WorkdirError: when another process computes the same study, or a file in its folder is corrupt.
+      WorkdirError: when another process computes the same study (not `wait`), or a file in its folder is
+        corrupt.
     """
     config_dict = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     study = StudyDir(workdir, name, config_dict, code_fingerprint(compute), folder)
     if not force and (saved := study.finished()) is not None:
         print(f"[{name}] already done: {study.results_path}")
         return saved
-    with FolderLock(study.path):
+    with FolderLock(study.path, wait=wait):
         if force:
             study.clear()
         elif (saved := study.finished()) is not None:  # finished by another process meanwhile

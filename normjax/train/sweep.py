@@ -120,9 +120,16 @@ def run_sweep(
             run_job(*items[0], force=force, mesh=mesh, progress=progress, desc=names, position=1)
         else:
             run_group(items, force=force, mesh=mesh, progress=progress, desc=f"{len(group)} runs", position=1)
-        records.write_json(os.path.join(workdir, "sweep.json"), summarize(runs, workdir))
-    result = summarize(runs, workdir)
-    records.write_json(os.path.join(workdir, "sweep.json"), result)
+        write_status(runs, workdir)
+    return write_status(runs, workdir)
+
+
+def write_status(runs: list[SweepRun], workdir: str) -> dict:
+    """Writes DIR/sweep.json from the runs' summaries now and returns it. Shards take turns (a lock of its own),
+    so the last one to write has seen every run finished before it: sweep.json never shows a done run pending."""
+    with io.FolderLock(workdir, wait=True, name=".sweep.lock"):
+        result = summarize(runs, workdir)
+        records.write_json(os.path.join(workdir, "sweep.json"), result)
     return result
 
 

@@ -1,15 +1,19 @@
 """Issue 12, item 2: one writer per run folder; the lock dies with its process; sweep shards still share a folder."""
 
+import logging
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from faults.fault_runs import ROOT, cli_env, fault_config, train, train_command, write_config_file
 
 from normjax.io import FolderLock, WorkdirError
+from normjax.studies import runner
 from normjax.train import records
-from normjax.train.sweep import expand, run_sweep
+from normjax.train.sweep import expand, run_sweep, write_status
 
 
 def test_second_writer_is_refused(killed):
@@ -71,3 +75,49 @@ def test_sweep_locks_each_run_folder(tmp_path):
     for run in runs:
         steps = [r["step"] for r in records.read_jsonl(str(folder / run.name / "metrics.jsonl"))]
         assert steps == [0, 10, 20, 30]
+
+
+def test_waiting_lock_waits_for_the_holder_and_says_so(tmp_path, caplog):
+    """wait=True (sweep shards reaching the shared analysis): a busy folder is waited for, not refused."""
+    held = FolderLock(str(tmp_path))
+    timer = threading.Timer(0.5, held.release)
+    timer.start()
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING), FolderLock(str(tmp_path), wait=True):
+        assert time.monotonic() - start >= 0.4  # it waited for the holder
+    timer.join()
+    assert "is in use by another process" in caplog.text and "waiting for it" in caplog.text
+
+
+def test_shard_reaching_the_analysis_while_another_computes_it_gets_its_results(tmp_path):
+    """Two shards finish together: the second waits for the first's analysis and returns it (no exit 2)."""
+    calls = []
+
+    def compute(config, study):
+        calls.append(1)
+        return {"v": config["a"]}
+
+    def study(**kw):
+        return runner.run_study("toy", "", {"a": 1}, compute, lambda r, s: [], folder=str(tmp_path), **kw)
+
+    held = FolderLock(str(tmp_path))  # the other shard is computing the analysis
+    with pytest.raises(WorkdirError):
+        study()  # without wait: refused at once
+    other = threading.Thread(target=lambda: (time.sleep(0.3), study(), held.release()))
+    other.start()  # "the other shard" finishes its analysis (its lock is `held`), then releases
+    assert study(wait=True)["results"] == {"v": 1}
+    other.join()
+    assert len(calls) == 1  # computed once, by the shard that held the lock
+
+
+def test_sweep_status_is_written_by_one_shard_at_a_time(tmp_path):
+    """sweep.json is summarized and written under its own lock, so a shard cannot overwrite a newer status."""
+    runs, folder = _sweep(tmp_path)
+    run_sweep(runs, str(folder), (0, 2), progress=False)
+    with FolderLock(str(folder), name=".sweep.lock"):  # another shard is writing sweep.json
+        writer = threading.Thread(target=write_status, args=(runs, str(folder)))
+        writer.start()
+        writer.join(0.5)
+        assert writer.is_alive()  # waits its turn
+    writer.join()
+    assert [r["status"] for r in records.read_json(str(folder / "sweep.json"))["runs"]] == ["done", "pending"]
