@@ -99,6 +99,7 @@ CASES = [
     ("grad_norms_at_init", ["--config.archs=gpt"], ["config.archs[0]='gpt'"]),
     ("jacobian_spectrum", ["--config.resolution=nan"], ["config.resolution=nan"]),
     ("jacobian_spectrum", ["--config.placements=peri_ln+embedding_norm"], ["peri_ln+embedding_norm", "already"]),
+    ("jacobian_spectrum", ["--config.placements=pre,resi_dual"], ["config.placements[1]='resi_dual'", "two"]),
     ("grad_norms_at_init", ["--config.placements=hybrid+qk_norm"], ["config.placements[0]='hybrid+qk_norm'"]),
     ("ln_jacobian", ["--config.placements=pre+qk_norm"], ["config.placements[0]='pre+qk_norm'"]),
     ("amplification", ["--config.kinds=bogus"], ["config.kinds[0]='bogus'"]),

@@ -172,13 +172,21 @@ def _model(values: dict, **fields) -> normjax.ModelConfig:
 
 
 def _check_specs(name: str, values: dict) -> None:
-    """Every model spec of the study parses (`normjax.specs`): one line naming the key, the entry and why not."""
+    """Every model spec of the study parses (`normjax.specs`): one line naming the key, the entry and why not.
+
+    jacobian_spectrum refuses ResiDual: its d x_L / d x_l products take one residual stream (docs/placements.md).
+    """
     for key in SPEC_KEYS.get(name, ()):
         for i, text in enumerate(values[key]):
             try:
-                specs.parse(text)
+                spec = specs.parse(text)
             except ValueError as e:
                 raise ConfigError(f"config.{key}[{i}]={text!r} is invalid: {e}") from None
+            if name == "jacobian_spectrum" and normjax.registry.get(spec.placement).dual_stream:
+                raise ConfigError(
+                    f"config.{key}[{i}]={text!r} is invalid: jacobian_spectrum's d x_L / d x_l take one residual "
+                    f"stream and {spec.placement} carries two (see docs/placements.md)"
+                )
 
 
 def _cross_checks(name: str, values: dict) -> None:
