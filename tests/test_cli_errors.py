@@ -91,6 +91,7 @@ CASES = [
     ("hidden_norms", ["--config.settings=('../../../../escape_hn',)"], ["config.settings[0]", "theory, real"]),
     ("hidden_norms", ["--config.placements=post,bogus"], ["config.placements[1]='bogus'"]),
     ("hidden_norms", ["--config.placements=pre,pre+bogus"], ["config.placements[1]='pre+bogus'", "qk_norm"]),
+    ("hidden_norms", ["--config.placements=peri_ln", "--config.settings=theory"], ["peri_ln", "nothing would be"]),
     ("hidden_norms", ["--config.num_seeds=0"], ["config.num_seeds=0"]),
     ("hidden_norms", ["--config.d_model=130"], ["num_heads=4", "d_model=130"]),
     ("hidden_norms", ["--workdir={file}"], ["is a file"]),

@@ -218,6 +218,16 @@ def _cross_checks(name: str, values: dict) -> None:
         raise ConfigError(f"config.reference={values['reference']!r} must be one of config.placements")
     if "theory" in values.get("settings", ()):
         _model(values | {"num_heads": 1}, num_layers=1, placement="pre", theory=True)
+    if name == "hidden_norms" and tuple(values["settings"]) == ("theory",):  # the theory setting skips these
+        theory = [
+            _model(values | {"num_heads": 1}, arch="encoder", theory=True, **specs.parse(p).fields)
+            for p in values["placements"]
+        ]
+        if all(cfg.has_embedding_norm("encoder") for cfg in theory):
+            raise ConfigError(
+                f"config.placements={tuple(values['placements'])!r} all normalise the embeddings, which the theory "
+                "setting (config.settings) bypasses: nothing would be measured; add 'real' or another placement"
+            )
 
 
 def validate(name: str, config) -> None:
