@@ -45,6 +45,11 @@ class ModelSpec:
         return out
 
     @property
+    def is_variant(self) -> bool:
+        """True for a spec with a norm kind or an option (figures draw it dashed in its placement's colour)."""
+        return self.text != self.placement
+
+    @property
     def file_key(self) -> str:
         """The spec as a file-name component (":" becomes "-")."""
         return self.text.replace(":", "-")

@@ -260,7 +260,7 @@ def plot(results: dict, study) -> list[str]:
     summary, runs, setup = results["summary"], results["runs"], results["setup"]
     fig, (ax_u, ax_t, ax_l) = plotting.figure(ncols=3)
     for run in summary:
-        side = ":" in run
+        side = specs.parse(run).is_variant
         style = dict(
             color=plotting.color(specs.parse(run).placement),
             marker="s" if side else "o",
@@ -330,7 +330,7 @@ def plot_instability(results: dict, study) -> list[str]:
         if str(depth) not in by_depth:
             continue
         rec, c = by_depth[str(depth)], plotting.color(specs.parse(run).placement)
-        p, ls = rec["probes"], "--" if ":" in run else "-"
+        p, ls = rec["probes"], "--" if specs.parse(run).is_variant else "-"
         grads_PL = np.array(p["layer_grad_norm"], float)
         axes[0].plot(np.arange(1, len(rec["loss"]) + 1), rec["loss"], color=c, ls=ls, lw=1, label=run)
         if max(p["ln_input_rms"]) > 0:

@@ -106,7 +106,15 @@ def plot(results: dict, study) -> list[str]:
                     mean, std = np.array(m["mean"], float), np.array(m["std"], float)
                     l = np.arange(len(mean))
                     label = f"{placement} (slope {m['fit']['slope']:+.2f}/layer)" if metric == "norm_of_mean" else None
-                    ax.plot(l, mean, style, marker="o" if style == "-" else None, ms=3, color=c, label=label)
+                    ax.plot(
+                        l,
+                        mean,
+                        style,
+                        marker=("s" if specs.parse(placement).is_variant else "o") if style == "-" else None,
+                        ms=3,
+                        color=c,
+                        label=label,
+                    )
                     if metric == "norm_of_mean":
                         ax.fill_between(l, mean - std, mean + std, color=c, alpha=0.15)
             ax.set(

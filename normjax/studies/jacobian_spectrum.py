@@ -180,9 +180,11 @@ def compute(config, study) -> dict:
 
 
 def _style(placement: str) -> dict:
-    """ReZero's curves sit on the theory line: draw them wide and translucent so both show."""
+    """ReZero's curves sit on the theory line: draw them wide and translucent so both show; variants dashed."""
+    spec = specs.parse(placement)
     wide = dict(linewidth=3, alpha=0.6) if placement == "rezero" else {}
-    return dict(color=plotting.color(specs.parse(placement).placement), label=placement) | wide
+    dashed = dict(linestyle="--") if spec.is_variant else {}
+    return dict(color=plotting.color(spec.placement), label=placement) | wide | dashed
 
 
 def plot(results: dict, study) -> list[str]:
