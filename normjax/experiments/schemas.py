@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import normjax
+from normjax import specs
 from normjax.jacobian.spectral import METHODS
 from normjax.train.config_io import ConfigError, did_you_mean
 from normjax.train.config_schema import Spec
@@ -23,6 +24,13 @@ def choices(*names: str) -> Spec:
 
 
 PLACEMENTS = choices(*normjax.PLACEMENTS)
+MODEL_SPECS = Spec(tuple, item=Spec(str))  # each parsed by `normjax.specs.parse` in the cross-key checks
+SPEC_KEYS = {  # the studies whose model lists take `normjax.specs` specs ("pre+qk_norm", "pre:scalenorm")
+    "deep_training": ("runs", "side_runs"),
+    "grad_norms_at_init": ("placements",),
+    "hidden_norms": ("placements",),
+    "jacobian_spectrum": ("placements",),
+}
 DEPTHS = Spec(tuple, item=POS)
 _MODEL = dict(vocab_size=Spec(int, lo=2), d_model=POS, num_heads=POS, d_ff=POS)
 
@@ -51,7 +59,7 @@ SCHEMAS: dict[str, dict] = {
         seed=SEED,
     ),
     "deep_training": dict(
-        runs=Spec(tuple, item=Spec(str)),
+        runs=MODEL_SPECS,
         depths=DEPTHS,
         side_runs=Spec(tuple, item=Spec(str), nonempty=False),
         side_depths=Spec(tuple, item=POS, nonempty=False),
@@ -100,7 +108,7 @@ SCHEMAS: dict[str, dict] = {
     "grad_norms_at_init": _MODEL
     | dict(
         archs=choices("encoder_decoder", "encoder", "decoder"),
-        placements=PLACEMENTS,
+        placements=MODEL_SPECS,
         num_layers=POS,
         batch_size=POS,
         seq_len=POS,
@@ -109,7 +117,7 @@ SCHEMAS: dict[str, dict] = {
     ),
     "hidden_norms": _MODEL
     | dict(
-        placements=PLACEMENTS,
+        placements=MODEL_SPECS,
         settings=choices(*SETTINGS),
         num_layers=POS,
         batch_size=POS,
@@ -118,7 +126,7 @@ SCHEMAS: dict[str, dict] = {
     ),
     "jacobian_spectrum": _MODEL
     | dict(
-        placements=PLACEMENTS,
+        placements=MODEL_SPECS,
         depths=DEPTHS,
         seq_len=POS,
         num_seeds=POS,
@@ -127,7 +135,9 @@ SCHEMAS: dict[str, dict] = {
         resolution=Spec(float, lo=0.0, hi=1.0, lo_open=True),
     ),
 }
-SCHEMAS["ln_jacobian"] = SCHEMAS["hidden_norms"] | dict(num_check_tokens=POS, gamma_noise=Spec(float, lo=0.0))
+SCHEMAS["ln_jacobian"] = SCHEMAS["hidden_norms"] | dict(
+    placements=PLACEMENTS, num_check_tokens=POS, gamma_noise=Spec(float, lo=0.0)
+)
 
 
 def _check_unknown(prefix: str, values: dict, valid) -> None:
@@ -161,14 +171,21 @@ def _model(values: dict, **fields) -> normjax.ModelConfig:
         raise ConfigError(f"config: {e}") from None
 
 
-def _check_runs(values: dict) -> None:
-    for key in ("runs", "side_runs"):
-        for run in values[key]:
-            placement, _, norm = run.partition(":")
-            if placement not in normjax.PLACEMENTS or (norm and norm not in normjax.NORMS):
+def _check_specs(name: str, values: dict) -> None:
+    """Every model spec of the study parses (`normjax.specs`): one line naming the key, the entry and why not.
+
+    jacobian_spectrum refuses ResiDual: its d x_L / d x_l products take one residual stream (docs/placements.md).
+    """
+    for key in SPEC_KEYS.get(name, ()):
+        for i, text in enumerate(values[key]):
+            try:
+                spec = specs.parse(text)
+            except ValueError as e:
+                raise ConfigError(f"config.{key}[{i}]={text!r} is invalid: {e}") from None
+            if name == "jacobian_spectrum" and normjax.registry.get(spec.placement).dual_stream:
                 raise ConfigError(
-                    f"config.{key} entry {run!r} is invalid: use '<placement>' or '<placement>:<norm>' with a "
-                    f"placement in {', '.join(normjax.PLACEMENTS)} and a norm in {', '.join(normjax.NORMS)}"
+                    f"config.{key}[{i}]={text!r} is invalid: jacobian_spectrum's d x_L / d x_l take one residual "
+                    f"stream and {spec.placement} carries two (see docs/placements.md)"
                 )
 
 
@@ -189,8 +206,8 @@ def _cross_checks(name: str, values: dict) -> None:
                 f"config.seq_len={values['seq_len']}"
             )
         return
+    _check_specs(name, values)
     if name == "deep_training":
-        _check_runs(values)
         for key in ("early_steps", "final_window"):
             if values[key] > values["num_steps"]:
                 raise ConfigError(
@@ -201,6 +218,16 @@ def _cross_checks(name: str, values: dict) -> None:
         raise ConfigError(f"config.reference={values['reference']!r} must be one of config.placements")
     if "theory" in values.get("settings", ()):
         _model(values | {"num_heads": 1}, num_layers=1, placement="pre", theory=True)
+    if name == "hidden_norms" and tuple(values["settings"]) == ("theory",):  # the theory setting skips these
+        theory = [
+            _model(values | {"num_heads": 1}, arch="encoder", theory=True, **specs.parse(p).fields)
+            for p in values["placements"]
+        ]
+        if all(cfg.has_embedding_norm("encoder") for cfg in theory):
+            raise ConfigError(
+                f"config.placements={tuple(values['placements'])!r} all normalise the embeddings, which the theory "
+                "setting (config.settings) bypasses: nothing would be measured; add 'real' or another placement"
+            )
 
 
 def validate(name: str, config) -> None:

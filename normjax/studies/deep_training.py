@@ -14,7 +14,7 @@ from flax import nnx
 from tqdm import tqdm
 
 import normjax
-from normjax import plotting
+from normjax import plotting, specs
 from normjax import train as nt
 from normjax.io import to_jsonable
 from normjax.jacobian import fits
@@ -25,15 +25,11 @@ BETA_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel", "attn/value/kernel", "attn/o
 UNSCALED_KERNELS = ("attn/query/kernel", "attn/key/kernel")
 
 
-def split_run(run: str) -> tuple[str, str]:
-    """A run name is "<placement>" or "<placement>:<norm>" (e.g. "pre:dyt")."""
-    placement, _, norm = run.partition(":")
-    return placement, norm or "layernorm"
-
-
 def model_config(config, run: str, depth: int) -> normjax.ModelConfig:
-    """The decoder-only byte LM of this study (scanned layers: one compile per run, whatever the depth)."""
-    placement, norm = split_run(run)
+    """The decoder-only byte LM of this study (scanned layers: one compile per run, whatever the depth).
+
+    `run` is a model spec (`normjax.specs`: "pre", "pre:dyt", "post+no_bias").
+    """
     return normjax.ModelConfig(
         arch="decoder",
         vocab_size=len(nt.byte_vocab()),
@@ -41,10 +37,9 @@ def model_config(config, run: str, depth: int) -> normjax.ModelConfig:
         num_heads=config.num_heads,
         d_ff=config.d_ff,
         num_layers=depth,
-        placement=placement,
-        norm=norm,
         scan_layers=True,
         max_len=config.seq_len,
+        **specs.parse(run).fields,
     )
 
 
@@ -132,11 +127,11 @@ def deepnorm_init(model, tokens_BT) -> dict:
 
 def init_record(model, run: str, tokens_BT) -> dict:
     """What the claims check at init: DeepNorm's constants (D1), DyT's alpha_0 (R6)."""
-    placement, norm = split_run(run)
+    spec = specs.parse(run)
     out = {"num_params": sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))}
-    if placement == "deepnorm":
+    if spec.placement == "deepnorm":
         out["deepnorm"] = deepnorm_init(model, tokens_BT)
-    if norm == "dyt":
+    if spec.norm == "dyt":
         layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "decoder")
         out["dyt_alpha0"] = [float(v) for p in layers for k, v in p.items() if k.endswith("norm/alpha")]
     return out
@@ -241,7 +236,7 @@ def compute(config, study) -> dict:
     }
     results = {"setup": setup, "runs": {}, "summary": {}, "unigram_nll": unigram_nll(data(config)[0])}
     for depth, run in tqdm(jobs, desc="deep_training", unit="run"):
-        rec = study.cached(f"{run.replace(':', '-')}-L{depth}", lambda r=run, d=depth: train_run(config, r, d))
+        rec = study.cached(f"{specs.parse(run).file_key}-L{depth}", lambda r=run, d=depth: train_run(config, r, d))
         results["runs"].setdefault(run, {})[str(depth)] = rec
         results["summary"].setdefault(run, {})[str(depth)] = summarize(rec, config)
     results["update_fits"] = {
@@ -265,9 +260,9 @@ def plot(results: dict, study) -> list[str]:
     summary, runs, setup = results["summary"], results["runs"], results["setup"]
     fig, (ax_u, ax_t, ax_l) = plotting.figure(ncols=3)
     for run in summary:
-        side = ":" in run
+        side = specs.parse(run).is_variant
         style = dict(
-            color=plotting.color(split_run(run)[0]),
+            color=plotting.color(specs.parse(run).placement),
             marker="s" if side else "o",
             ms=4,
             label=run,
@@ -334,8 +329,8 @@ def plot_instability(results: dict, study) -> list[str]:
     for run, by_depth in runs.items():
         if str(depth) not in by_depth:
             continue
-        rec, c = by_depth[str(depth)], plotting.color(split_run(run)[0])
-        p, ls = rec["probes"], "--" if ":" in run else "-"
+        rec, c = by_depth[str(depth)], plotting.color(specs.parse(run).placement)
+        p, ls = rec["probes"], "--" if specs.parse(run).is_variant else "-"
         grads_PL = np.array(p["layer_grad_norm"], float)
         axes[0].plot(np.arange(1, len(rec["loss"]) + 1), rec["loss"], color=c, ls=ls, lw=1, label=run)
         if max(p["ln_input_rms"]) > 0:

@@ -7,7 +7,7 @@ from flax import nnx
 from tqdm import tqdm
 
 import normjax
-from normjax import plotting
+from normjax import plotting, specs
 from normjax.io import to_jsonable
 from normjax.jacobian import fits
 from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
@@ -19,6 +19,7 @@ TITLES = {"encoder_decoder": "enc-dec", "encoder": "encoder-only", "decoder": "d
 
 
 def model_config(config, arch: str, placement: str) -> normjax.ModelConfig:
+    """The model of `arch`; `placement` is a model spec (`normjax.specs`: "pre", "pre+qk_norm")."""
     return normjax.ModelConfig(
         arch=arch,
         vocab_size=config.vocab_size,
@@ -26,8 +27,8 @@ def model_config(config, arch: str, placement: str) -> normjax.ModelConfig:
         num_heads=config.num_heads,
         d_ff=config.d_ff,
         num_layers=config.num_layers,
-        placement=placement,
         max_len=max(config.seq_len, 8),
+        **specs.parse(placement).fields,
     )
 
 
@@ -69,7 +70,10 @@ def compute(config, study) -> dict:
     results = {"runs": {}, "num_batches": config.num_batches, "num_seeds": config.num_seeds}
     for arch, placement in tqdm(jobs, desc="grad_norms_at_init", unit="model"):
         runs = [
-            study.cached(f"{arch}-{placement}-{seed}", lambda s=seed, a=arch, p=placement: measure(config, a, p, s))
+            study.cached(
+                f"{arch}-{specs.parse(placement).file_key}-{seed}",
+                lambda s=seed, a=arch, p=placement: measure(config, a, p, s),
+            )
             for seed in range(config.num_seeds)
         ]
         results["runs"].setdefault(arch, {})[placement] = _aggregate(runs)
@@ -96,13 +100,21 @@ def plot(results: dict, study) -> list[str]:
         fig, axes = plotting.figure(ncols=len(cells), width=3.6, height=3.4)
         for ax, (arch, stack) in zip(axes, cells, strict=True):
             for placement in placements_in_order(results["runs"][arch]):
-                agg, c = results["runs"][arch][placement], plotting.color(placement)
+                agg, c = results["runs"][arch][placement], plotting.color(specs.parse(placement).placement)
                 for metric, style in zip(METRICS, ("-", ":"), strict=True):
                     m = agg[stack][name][metric]
                     mean, std = np.array(m["mean"], float), np.array(m["std"], float)
                     l = np.arange(len(mean))
                     label = f"{placement} (slope {m['fit']['slope']:+.2f}/layer)" if metric == "norm_of_mean" else None
-                    ax.plot(l, mean, style, marker="o" if style == "-" else None, ms=3, color=c, label=label)
+                    ax.plot(
+                        l,
+                        mean,
+                        style,
+                        marker=("s" if specs.parse(placement).is_variant else "o") if style == "-" else None,
+                        ms=3,
+                        color=c,
+                        label=label,
+                    )
                     if metric == "norm_of_mean":
                         ax.fill_between(l, mean - std, mean + std, color=c, alpha=0.15)
             ax.set(

@@ -9,7 +9,7 @@ from flax import nnx
 from tqdm import tqdm
 
 import normjax
-from normjax import jacobian, plotting
+from normjax import jacobian, plotting, specs
 from normjax.io import to_jsonable
 from normjax.jacobian import model_jacobians, param_probes
 from normjax.studies.jacobian_spectrum_verdicts import verdicts
@@ -18,7 +18,7 @@ STACK = "encoder"
 
 
 def model_config(config, placement: str, num_layers: int) -> normjax.ModelConfig:
-    """A scanned float64 encoder (rounding stays ~1e-16)."""
+    """A scanned float64 encoder (rounding stays ~1e-16); `placement` is a model spec (`normjax.specs`)."""
     return normjax.ModelConfig(
         arch="encoder",
         vocab_size=config.vocab_size,
@@ -26,11 +26,11 @@ def model_config(config, placement: str, num_layers: int) -> normjax.ModelConfig
         num_heads=config.num_heads,
         d_ff=config.d_ff,
         num_layers=num_layers,
-        placement=placement,
         max_len=max(config.seq_len, 8),
         scan_layers=True,
         dtype="float64",
         param_dtype="float64",
+        **specs.parse(placement).fields,
     )
 
 
@@ -166,7 +166,10 @@ def compute(config, study) -> dict:
     with jax.enable_x64(True):
         for placement, L in tqdm(jobs, desc="jacobian_spectrum", unit="model"):
             runs = [
-                study.cached(f"{placement}-L{L}-{seed}", lambda s=seed, p=placement, L=L: measure(config, p, L, s))
+                study.cached(
+                    f"{specs.parse(placement).file_key}-L{L}-{seed}",
+                    lambda s=seed, p=placement, L=L: measure(config, p, L, s),
+                )
                 for seed in range(config.num_seeds)
             ]
             results["runs"].setdefault(placement, {})[str(L)] = _aggregate(runs)
@@ -177,9 +180,11 @@ def compute(config, study) -> dict:
 
 
 def _style(placement: str) -> dict:
-    """ReZero's curves sit on the theory line: draw them wide and translucent so both show."""
+    """ReZero's curves sit on the theory line: draw them wide and translucent so both show; variants dashed."""
+    spec = specs.parse(placement)
     wide = dict(linewidth=3, alpha=0.6) if placement == "rezero" else {}
-    return dict(color=plotting.color(placement), label=placement) | wide
+    dashed = dict(linestyle="--") if spec.is_variant else {}
+    return dict(color=plotting.color(spec.placement), label=placement) | wide | dashed
 
 
 def plot(results: dict, study) -> list[str]:
@@ -219,7 +224,14 @@ def plot(results: dict, study) -> list[str]:
         mean = [by_depth[str(L)]["io"]["log_std"]["mean"] for L in depths]
         std = [by_depth[str(L)]["io"]["log_std"]["std"] for L in depths]
         axes[0].errorbar(
-            depths, mean, yerr=std, marker="o", ms=4, capsize=3, color=plotting.color(placement), label=placement
+            depths,
+            mean,
+            yerr=std,
+            marker="o",
+            ms=4,
+            capsize=3,
+            color=plotting.color(specs.parse(placement).placement),
+            label=placement,
         )
     axes[0].axhline(0.0, **plotting.THEORY_STYLE, label=r"ReZero theory: $J = I$, std of $\ln \sigma_i$ = 0")
     axes[0].set(

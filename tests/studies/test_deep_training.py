@@ -10,7 +10,7 @@ from normjax.studies.deep_training_verdicts import decoder_deepnorm
 
 def _tiny():
     c = ml_collections.ConfigDict()
-    c.runs, c.depths = ("post", "deepnorm", "resi_dual"), (2,)
+    c.runs, c.depths = ("post", "deepnorm", "resi_dual", "post+no_bias"), (2,)
     c.side_runs, c.side_depths = (), ()
     c.d_model, c.num_heads, c.d_ff = 16, 2, 32
     c.seq_len, c.batch_size, c.max_bytes, c.data_seed = 16, 4, 100_000, 0
@@ -27,7 +27,7 @@ def test_deep_training_smoke(tmp_path):
     results = saved["results"]
     assert (tmp_path / "deep_training" / "depth_sweep.png").exists()
     assert (tmp_path / "deep_training" / "instability.png").exists()
-    for run in ("post", "deepnorm", "resi_dual"):
+    for run in ("post", "deepnorm", "resi_dual", "post+no_bias"):
         for depth in ("2",):
             rec = results["runs"][run][depth]
             assert rec["probes"]["step"] == [0, 1, 2, 4]

@@ -17,7 +17,7 @@ TINY = dict(vocab_size=31, d_model=16, num_heads=2, d_ff=32, num_layers=1, max_l
 def _tiny():
     c = ml_collections.ConfigDict()
     c.archs = ("encoder_decoder",)  # every compile costs seconds: one model per placement
-    c.placements = ("post", "pre", "resi_dual")
+    c.placements = ("post", "pre", "resi_dual", "pre:scalenorm")
     c.vocab_size, c.d_model, c.num_heads, c.d_ff, c.num_layers = 31, 16, 2, 32, 3
     c.batch_size, c.seq_len, c.num_batches, c.num_seeds = 2, 6, 3, 2
     return c
@@ -30,7 +30,7 @@ def test_grad_norms_at_init_smoke(tmp_path):
     results = saved["results"]
     assert (tmp_path / "grad_norms_at_init" / "grad_fc2.png").exists()
     assert set(results["runs"]["encoder_decoder"]["post"]) == {"encoder", "decoder"}
-    for placement in ("post", "pre", "resi_dual"):
+    for placement in ("post", "pre", "resi_dual", "pre:scalenorm"):
         for stack in results["runs"]["encoder_decoder"][placement].values():
             for name in ("ffn/fc1/kernel", "ffn/fc2/kernel"):
                 for metric in ("norm_of_mean", "mean_of_norms"):

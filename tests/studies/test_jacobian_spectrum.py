@@ -14,7 +14,7 @@ from normjax.studies import jacobian_spectrum, runner
 def tiny_config(**changes):
     c = ml_collections.ConfigDict(
         dict(
-            placements=("post", "pre", "rezero"),
+            placements=("post", "pre", "rezero", "pre+qk_norm"),
             depths=(1, 2),
             vocab_size=17,
             d_model=8,
@@ -43,7 +43,7 @@ def test_results_schema_and_verdicts(saved):
     results = saved["results"]
     n = 3 * 8
     assert results["depths"] == [1, 2] and results["n"] == n
-    for placement in ("post", "pre", "rezero"):
+    for placement in ("post", "pre", "rezero", "pre+qk_norm"):
         for L in (1, 2):
             agg = results["runs"][placement][str(L)]
             assert len(agg["io_sv"][0]) == n

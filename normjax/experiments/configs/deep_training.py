@@ -6,12 +6,12 @@ python -m experiments.deep_training --config=experiments/configs/deep_training.p
 import ml_collections
 
 from normjax.experiments.configs import preset
-from normjax.registry import study_placements
+from normjax.specs import study_specs
 
 
 def _base():
     c = ml_collections.ConfigDict()
-    c.runs = ("post", "pre", "deepnorm")  # trained at every depth; "<placement>:<norm>" picks the norm
+    c.runs = ("post", "pre", "deepnorm")  # trained at every depth; specs as in normjax.specs ("pre:dyt")
     c.depths = (6, 12, 24)
     c.side_runs = ("tfixup", "pre:dyt")  # R3, R6: compared with pre at side_depths
     c.side_depths = (6,)
@@ -32,7 +32,7 @@ def _base():
 
 def _paper():
     c = _base()
-    c.runs = study_placements("deep_training") + ("pre:scalenorm",)
+    c.runs = study_specs("deep_training")  # registry placements and option variants
     c.depths = (6, 12, 18, 24, 50, 100)
     c.side_runs, c.side_depths = ("pre:dyt",), (6, 24, 100)
     c.lr, c.num_steps, c.batch_size, c.seq_len = 5e-4, 2000, 64, 128

@@ -6,7 +6,7 @@ python -m experiments.grad_norms_at_init --config=experiments/configs/grad_norms
 import ml_collections
 
 from normjax.experiments.configs import preset
-from normjax.registry import study_placements
+from normjax.specs import study_specs
 
 
 def _base():
@@ -24,7 +24,7 @@ def _base():
 
 def _paper():
     c = _base()
-    c.placements = study_placements("grad_norms_at_init")
+    c.placements = study_specs("grad_norms_at_init")  # registry placements and option variants
     c.vocab_size, c.d_model, c.num_heads, c.d_ff = 10000, 512, 4, 1024  # IWSLT model (X8)
     c.batch_size, c.seq_len, c.num_batches, c.num_seeds = 32, 64, 100, 5
     return c

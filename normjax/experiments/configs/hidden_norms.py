@@ -6,7 +6,7 @@ python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:
 import ml_collections
 
 from normjax.experiments.configs import preset
-from normjax.registry import study_placements
+from normjax.specs import study_specs
 
 
 def _base():
@@ -25,7 +25,7 @@ def _paper():
     c = _base()
     c.d_model, c.num_heads, c.d_ff, c.num_layers = 512, 8, 2048, 48
     c.batch_size, c.seq_len, c.num_seeds = 16, 64, 5
-    c.placements = study_placements("hidden_norms")
+    c.placements = study_specs("hidden_norms")  # registry placements and option variants
     return c
 
 

@@ -6,7 +6,7 @@ python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_sp
 import ml_collections
 
 from normjax.experiments.configs import preset
-from normjax.registry import study_placements
+from normjax.specs import study_specs
 
 
 def _base():
@@ -27,7 +27,7 @@ def _paper():
     c = _base()
     c.d_model, c.num_heads, c.d_ff, c.seq_len = 512, 8, 2048, 16  # n = 8192: matrix-free
     c.num_seeds = 3
-    c.placements = study_placements("jacobian_spectrum")
+    c.placements = study_specs("jacobian_spectrum")  # registry placements and option variants
     return c
 
 
