@@ -91,23 +91,25 @@ def test_waiting_lock_waits_for_the_holder_and_says_so(tmp_path, caplog):
 
 def test_shard_reaching_the_analysis_while_another_computes_it_gets_its_results(tmp_path):
     """Two shards finish together: the second waits for the first's analysis and returns it (no exit 2)."""
-    calls = []
+    calls, started = [], threading.Event()
 
     def compute(config, study):
         calls.append(1)
+        started.set()
+        time.sleep(0.5)  # the first shard computes the analysis, holding the study folder's lock
         return {"v": config["a"]}
 
     def study(**kw):
         return runner.run_study("toy", "", {"a": 1}, compute, lambda r, s: [], folder=str(tmp_path), **kw)
 
-    held = FolderLock(str(tmp_path))  # the other shard is computing the analysis
-    with pytest.raises(WorkdirError):
+    first = threading.Thread(target=study)
+    first.start()
+    assert started.wait(60)
+    with pytest.raises(WorkdirError, match="in use by another process"):
         study()  # without wait: refused at once
-    other = threading.Thread(target=lambda: (time.sleep(0.3), study(), held.release()))
-    other.start()  # "the other shard" finishes its analysis (its lock is `held`), then releases
-    assert study(wait=True)["results"] == {"v": 1}
-    other.join()
-    assert len(calls) == 1  # computed once, by the shard that held the lock
+    assert study(wait=True)["results"] == {"v": 1}  # waits, then reads what the first shard wrote
+    first.join()
+    assert len(calls) == 1  # computed once
 
 
 def test_sweep_status_is_written_by_one_shard_at_a_time(tmp_path):
