@@ -10,8 +10,8 @@ from flax import nnx, struct
 
 from normjax import registry
 from normjax.config import ModelConfig
-from normjax.init import InitRule, block_init, kernel_init
-from normjax.layers import MLP, Attention, dropout
+from normjax.init import NGPT_ALPHA_INIT, InitRule, block_init, kernel_init, ngpt_scale
+from normjax.layers import MLP, NGPTMLP, Attention, dropout
 from normjax.norms import make_norm
 
 
@@ -51,6 +51,8 @@ class Sublayer(nnx.Module):
         self.omega = nnx.Param(jnp.full((d,), init.admin_omega, pdt)) if wiring.omega else None
         gate_shape = {"scalar": None if shared_gate else (), "channel": (d,)}.get(wiring.gate)
         self.gate = None if gate_shape is None else nnx.Param(jnp.full(gate_shape, init.gate_init, pdt))
+        # nGPT: the gate stores alpha_scale (init.gate_init) and acts as gate * alpha_init / alpha_scale
+        self.eigen_factor = NGPT_ALPHA_INIT / init.gate_init if wiring.hypersphere else None
 
     def __call__(self, x, F, records, shared_gate=None):
         def rec(role, z):
@@ -85,6 +87,7 @@ class Block(nnx.Module):
                 qkv_norm=tuple(r for r in ("q", "k", "v") if r in wiring.qkv_norm or r in qk),
                 inner_norm=wiring.inner_norm,
                 head_scale=wiring.head_scale,
+                ngpt_scale=ngpt_scale(cfg.d_model) if wiring.hypersphere else None,
                 dtype=dt,
                 param_dtype=pdt,
                 rngs=rngs,
@@ -93,7 +96,15 @@ class Block(nnx.Module):
 
         self.attn = attention("attn")
         self.cross = attention("cross") if cfg.has_cross_attention(stack) else None
-        mlp = MLP(
+        if entry.wiring("ffn").hypersphere:
+            mlp = NGPTMLP(cfg.d_model, cfg.d_ff, init.of("ffn"), init_fn=init_fn, dtype=dt, param_dtype=pdt, rngs=rngs)
+        else:
+            mlp = self._mlp(cfg, init, init_fn, entry, dt, pdt, rngs)
+        self.ffn = Sublayer(cfg, "ffn", placement, mlp, init, shared_gate=shared)
+
+    @staticmethod
+    def _mlp(cfg, init, init_fn, entry, dt, pdt, rngs):
+        return MLP(
             cfg.d_model,
             cfg.d_ff,
             init.of("ffn"),
@@ -105,7 +116,6 @@ class Block(nnx.Module):
             param_dtype=pdt,
             rngs=rngs,
         )
-        self.ffn = Sublayer(cfg, "ffn", placement, mlp, init, shared_gate=shared)
 
     def sublayers(self) -> tuple[Sublayer, ...]:
         return tuple(s for s in (self.attn, self.cross, self.ffn) if s is not None)

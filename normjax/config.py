@@ -136,6 +136,7 @@ class ModelConfig:
                 _fail("placement", self.placement, f"the {stack} stack mixes resi_dual with one-stream placements")
             if self.final_norm is False and self.has_dual_stream(stack):
                 _fail("final_norm", False, "resi_dual's output x_L + N(d_L) needs its norm; use None or True")
+        self._check_ngpt()
         if self.theory and self.num_heads != 1:
             _fail("num_heads", self.num_heads, "theory=True is Xiong et al.'s single-head setting; use 1")
         if self.scan_layers:
@@ -165,6 +166,32 @@ class ModelConfig:
             if name not in LAYER_PLACEMENTS:
                 _fail("placement", name, f"per-layer entries must be one of {LAYER_PLACEMENTS}")
         object.__setattr__(self, "placement", tuple(self.placement))
+
+    def _check_ngpt(self):
+        """nGPT is a whole model on the hypersphere: refuse settings its published form does not define."""
+        if isinstance(self.placement, tuple) and "ngpt" in self.placement:
+            _fail("placement", self.placement, "ngpt is a whole model (weights renormalised); use placement='ngpt'")
+        if self.placement != "ngpt":
+            return
+        if self.arch == "encoder_decoder":
+            _fail(
+                "arch",
+                self.arch,
+                "ngpt is defined for decoder-only models (and, unchanged, encoders); the paper "
+                "and NVIDIA/ngpt define no cross attention",
+            )
+        for name, bad in (("qk_norm", True), ("embedding_norm", True), ("final_norm", True), ("theory", True)):
+            if getattr(self, name) is bad:
+                _fail(name, bad, "ngpt has no norm modules and its own init; leave it off")
+        if self.branch_scaling != "none":
+            _fail("branch_scaling", self.branch_scaling, "ngpt renormalises every weight matrix; use 'none'")
+        # knobs ngpt never reads: refused rather than silently ignored
+        if self.norm not in ("layernorm", "none"):
+            _fail("norm", self.norm, "ngpt has no norm modules (unit vectors, no eps); leave the default or 'none'")
+        if self.activation != "relu":
+            _fail("activation", self.activation, "ngpt's MLP is SwiGLU (u * SiLU(v)); leave the default")
+        if not self.norm_bias:
+            _fail("norm_bias", False, "ngpt has no norm modules; leave the default")
 
     @property
     def decoder_layers(self) -> int:

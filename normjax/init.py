@@ -6,6 +6,8 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
+import jax
+import jax.numpy as jnp
 from flax import nnx
 
 if TYPE_CHECKING:
@@ -164,6 +166,48 @@ def layerscale_rule(cfg: ModelConfig, stack: str) -> InitRule:
     """LayerScale: lambda from the config or CaiT's rule by depth."""
     init = cfg.layerscale_init if cfg.layerscale_init is not None else cait_layerscale_init(cfg.stack_depth(stack))
     return InitRule(gate_init=init)
+
+
+# nGPT (Loshchilov et al. 2024), NVIDIA/ngpt model.py lines 86-100 (alpha, s_qk, s_uv) and 239-241 (s_z),
+# train.py line 128 (base_scale = 1/sqrt(n_embd)): each scaling is stored as `scale` and used as
+# param * value / scale, so it starts at `value`.
+NGPT_ALPHA_INIT = 0.05  # attn_alpha_init_value, mlp_alpha_init_value
+NGPT_SQK_INIT = NGPT_SZ_INIT = NGPT_SUV_INIT = 1.0
+
+
+def ngpt_scale(d_model: int) -> float:
+    """nGPT's base_scale 1/sqrt(d_model): the stored init of alpha, s_qk and s_z (NVIDIA/ngpt train.py line 128)."""
+    return d_model**-0.5
+
+
+def ngpt_rule(cfg: ModelConfig, stack: str) -> InitRule:
+    """nGPT: the eigen learning rates alpha are stored as base_scale (used as alpha * 0.05 / base_scale).
+
+    Every weight matrix starts Gaussian and is normalised along its embedding dimension when the model is built
+    (`hypersphere_normalize`, as NVIDIA/ngpt train.py lines 394-411 call normalize_matrices before training).
+    """
+    return InitRule(gate_init=ngpt_scale(cfg.d_model))
+
+
+def hypersphere_normalize(params):
+    """nGPT's normalize_matrices (NVIDIA/ngpt train.py lines 394-408) on a params pytree.
+
+    Embedding tables (V, d) and input-side kernels (d, n: W^Q, W^K, W^V, the MLP's fc1, an untied head) get unit
+    vectors along d; output-side kernels (n, d: W^O as `out`, `fc2`) too, along their last axis. A leading
+    layer axis (scanned stacks) is kept. Everything else (alpha, s_qk, s_uv, s_z, positions) is left as it is.
+    """
+
+    def one(path, a):
+        names = [getattr(k, "key", getattr(k, "name", None)) for k in path]
+        if "embedding" in names:
+            axis = -1
+        elif "kernel" in names:
+            axis = -1 if names[names.index("kernel") - 1] in BRANCH_OUTPUT_WEIGHTS else -2
+        else:
+            return a
+        return a / jnp.linalg.norm(a, axis=axis, keepdims=True)
+
+    return jax.tree_util.tree_map_with_path(one, params)
 
 
 def base_gains(cfg: ModelConfig) -> dict:

@@ -15,10 +15,22 @@ def dropout(x, rate: float, key):
     return jnp.where(keep, x / (1.0 - rate), 0.0).astype(x.dtype)
 
 
-def _linear(d_in, d_out, init, *, dtype, param_dtype, rngs):
+def _linear(d_in, d_out, init, *, dtype, param_dtype, rngs, use_bias=True):
     return nnx.Linear(
-        d_in, d_out, kernel_init=init, bias_init=nnx.initializers.zeros, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+        d_in,
+        d_out,
+        use_bias=use_bias,
+        kernel_init=init,
+        bias_init=nnx.initializers.zeros,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        rngs=rngs,
     )
+
+
+def unit(x, axis=-1):
+    """x / ||x|| along `axis` (nGPT's `justnorm`: no epsilon, a zero vector gives NaN, never a silent 0)."""
+    return x / jnp.linalg.norm(x, axis=axis, keepdims=True)
 
 
 def attention_bias(key_mask_BS, num_queries: int, num_keys: int, *, causal: bool, dtype):
@@ -44,6 +56,10 @@ class Attention(nnx.Module):
     the concatenated heads before the output projection (Sub-LN); `head_scale` multiplies each head by a learned
     scalar initialised to 1 before the output projection (NormFormer). `record(site, z)` sees every per-head
     norm input (shape (B, T, H, d_model / H)).
+
+    `ngpt_scale` (nGPT, its base scale 1/sqrt(d_model)) makes it nGPT's attention, NVIDIA/ngpt `model.py` lines
+    94-96 and 128-135: no biases, q and k unit per head times the learned s_qk (stored as base_scale, used as
+    s_qk / base_scale), softmax scale sqrt(d_k) instead of 1/sqrt(d_k).
     """
 
     def __init__(
@@ -57,12 +73,13 @@ class Attention(nnx.Module):
         qkv_norm=(),
         inner_norm=False,
         head_scale=False,
+        ngpt_scale=None,
         dtype=jnp.float32,
         param_dtype=jnp.float32,
         rngs,
     ):
         self.num_heads = num_heads
-        lin = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        lin = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, use_bias=ngpt_scale is None)
         self.query = _linear(d_model, d_model, init_fn(gains["query"]), **lin)
         self.key = _linear(d_model, d_model, init_fn(gains["key"]), **lin)
         self.value = _linear(d_model, d_model, init_fn(gains["value"]), **lin)
@@ -70,6 +87,8 @@ class Attention(nnx.Module):
         self.qkv_norm = nnx.Dict({n: make_norm(d_model // num_heads) for n in qkv_norm}) if qkv_norm else None
         self.inner_norm = make_norm(d_model) if inner_norm else None
         self.head_scale = nnx.Param(jnp.ones((num_heads,), param_dtype)) if head_scale else None
+        self.ngpt_scale = ngpt_scale
+        self.sqk = None if ngpt_scale is None else nnx.Param(jnp.full((d_model,), ngpt_scale, param_dtype))
 
     def __call__(self, x_BTD, memory_BSD, bias_B1TS, *, record, dropout_rate=0.0, key=None):
         B, T, D = x_BTD.shape
@@ -82,9 +101,14 @@ class Attention(nnx.Module):
         if self.qkv_norm is not None:
             for role, norm in self.qkv_norm.items():
                 heads[role] = norm(record(role, heads[role]))
+        if self.sqk is not None:  # nGPT: s_qk * unit(q), s_qk * unit(k)
+            sqk = (self.sqk[...] / self.ngpt_scale).astype(heads["q"].dtype).reshape(H, D // H)
+            heads["q"], heads["k"] = sqk * unit(heads["q"]), sqk * unit(heads["k"])
         q_BHTK, k_BHSK, v_BHSK = (heads[r].transpose(0, 2, 1, 3) for r in ("q", "k", "v"))
         dt = q_BHTK.dtype
-        logits = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK) / jnp.sqrt(D // H).astype(dt)
+        logits = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK)
+        sqrt_dk = jnp.sqrt(D // H).astype(dt)
+        logits = logits * sqrt_dk if self.sqk is not None else logits / sqrt_dk  # nGPT: softmax scale sqrt(d_k)
         if bias_B1TS is not None:
             logits = logits + bias_B1TS
         softmax_dtype = jnp.promote_types(dt, jnp.float32)  # never softmax in 16 bits
@@ -126,3 +150,23 @@ class MLP(nnx.Module):
         act = jax.nn.relu if self.activation == "relu" else jax.nn.gelu
         h = dropout(act(self.fc1(x)), dropout_rate, key)
         return self.fc2(h if self.inner_norm is None else self.inner_norm(h))
+
+
+class NGPTMLP(nnx.Module):
+    """nGPT's gated MLP, NVIDIA/ngpt `model.py` lines 77-79, 98-100 and 158-164, without biases.
+
+    uv = s_uv * sqrt(d_model) * W_uv x (s_uv per channel, init 1), u, v = split(uv), out = W_2 (u * SiLU(v)).
+    `fc1` maps d_model -> 2 d_ff, `fc2` d_ff -> d_model.
+    """
+
+    def __init__(self, d_model, d_ff, gains, *, init_fn, dtype=jnp.float32, param_dtype=jnp.float32, rngs):
+        lin = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, use_bias=False)
+        self.fc1 = _linear(d_model, 2 * d_ff, init_fn(gains["fc1"]), **lin)
+        self.fc2 = _linear(d_ff, d_model, init_fn(gains["fc2"]), **lin)
+        self.suv = nnx.Param(jnp.ones((2 * d_ff,), param_dtype))  # suv_init_value = suv_init_scaling = 1
+        self.sqrt_d = d_model**0.5
+
+    def __call__(self, x, *, dropout_rate=0.0, key=None):
+        uv = self.fc1(x) * (self.suv[...] * self.sqrt_d).astype(x.dtype)
+        u, v = jnp.split(uv, 2, axis=-1)
+        return self.fc2(dropout(u * jax.nn.silu(v), dropout_rate, key))

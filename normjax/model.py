@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from normjax import registry
+from normjax import init, registry
 from normjax.blocks import Block, BlockContext, norm_factory
 from normjax.config import ModelConfig
 from normjax.layers import attention_bias, dropout
@@ -194,9 +194,11 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         self.stacks = nnx.Dict({s: Stack(cfg, s, rngs=rngs) for s in cfg.stacks})
         self.embedders = nnx.Dict({s: Embedder(cfg, s, rngs=rngs) for s in cfg.stacks})
-        self.head = None
-        if not cfg.tie_embeddings:
-            self.head = nnx.Linear(
+        # one assignment: a None set first would make `head` a static attribute that a Linear cannot replace
+        self.head = (
+            None
+            if cfg.tie_embeddings
+            else nnx.Linear(
                 cfg.d_model,
                 cfg.vocab_size,
                 use_bias=False,
@@ -205,6 +207,25 @@ class Transformer(nnx.Module):
                 param_dtype=jnp.dtype(cfg.param_dtype),
                 rngs=rngs,
             )
+        )
+
+        # a hypersphere placement (ngpt) names the whole model: ModelConfig refuses it in per-layer tuples
+        entry = registry.get(cfg.placement) if isinstance(cfg.placement, str) else None
+        hypersphere = entry is not None and any(w.hypersphere for w in entry.wirings.values())
+        scale = init.ngpt_scale(cfg.d_model)
+        # nGPT's s_z (NVIDIA/ngpt model.py lines 239-241, 284-285): stored as base_scale, used as s_z / base_scale
+        self.sz = nnx.Param(jnp.full((cfg.vocab_size,), scale, jnp.dtype(cfg.param_dtype))) if hypersphere else None
+        self.sz_factor = init.NGPT_SZ_INIT / scale
+        if entry is not None and entry.post_update is not None:  # at init too (nGPT's unit weights)
+            nnx.update(self, self.post_update(nnx.state(self, nnx.Param)))
+
+    def post_update(self, params):
+        """The placement's hook on the params after each optimizer update (nGPT: unit weights); else identity.
+
+        `normjax.train.steps.train_step` calls it right after `optax.apply_updates`.
+        """
+        entry = registry.get(self.cfg.placement) if isinstance(self.cfg.placement, str) else None
+        return params if entry is None or entry.post_update is None else entry.post_update(params)
 
     # -- contexts -----------------------------------------------------------------------------------
     def context(
@@ -236,9 +257,10 @@ class Transformer(nnx.Module):
 
     def logits(self, x_BTD: jax.Array) -> jax.Array:
         if self.head is not None:
-            return self.head(x_BTD)
-        table = self.embedders[self.cfg.stacks[-1]].table.embedding[...]
-        return x_BTD @ table.T.astype(x_BTD.dtype)
+            out = self.head(x_BTD)
+        else:
+            out = x_BTD @ self.embedders[self.cfg.stacks[-1]].table.embedding[...].T.astype(x_BTD.dtype)
+        return out if self.sz is None else out * (self.sz[...] * self.sz_factor).astype(out.dtype)
 
     # -- forward ------------------------------------------------------------------------------------
     def forward(

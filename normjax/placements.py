@@ -11,7 +11,10 @@ import dataclasses
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 from flax import struct
+
+from normjax.layers import unit
 
 
 def post(s, x, F, rec, gate):  # Vaswani 2017: x = N(x + F(x))
@@ -81,6 +84,18 @@ def resi_dual(s, xd, F, rec, gate):
     return DualStream(s.norm(rec("post", xd.x + f)), xd.d + f)
 
 
+def ngpt(s, x, F, rec, gate):
+    """nGPT (Loshchilov et al. 2024): x = unit(h + |alpha| (unit(F(x)) - h)), h = unit(x), alpha per channel.
+
+    NVIDIA/ngpt `model.py` lines 144-153 (attention) and 168-177 (MLP); `gate` is the effective eigen
+    learning rate alpha = alpha_param * alpha_init / alpha_scale, its absolute value taken here as there.
+    Nothing is recorded as a norm site: `unit` is no norm module, and the norm-site tools (closed-form LN
+    Jacobians of `cfg.norm`) would otherwise apply the wrong formula to it.
+    """
+    h = unit(x)
+    return unit(h + jnp.abs(gate * s.eigen_factor) * (unit(F(x)) - h))
+
+
 @dataclasses.dataclass(frozen=True)
 class Wiring:
     """How one sublayer is wired: the function, its norms, its gate and the norms inside the branch.
@@ -94,6 +109,8 @@ class Wiring:
         as torchscale's Sub-LN) and after the FFN activation (Sub-LN and NormFormer).
       head_scale: NormFormer's learned per-head scale on the attention heads before the output projection.
       omega: a learned per-channel weight on the residual (Admin's omega).
+      hypersphere: nGPT: the gate is the per-channel eigen learning rate, the branches are nGPT's attention
+        and MLP (`layers.NGPTMLP`), the block has no norm module and no biases.
     """
 
     fn: Callable
@@ -103,3 +120,4 @@ class Wiring:
     inner_norm: bool = False
     head_scale: bool = False
     omega: bool = False
+    hypersphere: bool = False

@@ -33,6 +33,8 @@ class Placement:
       dual_stream: the block maps ResiDual's pair of streams (`placements.DualStream`) instead of one stream;
         the stack starts from (x_0, x_0) and outputs x_L + N(d_L) (the final norm acts on d_L). A stack's
         blocks are either all dual-stream or none.
+      post_update: `params -> params` the train step applies after every optimizer update (and the model once
+        at init); nGPT's weight renormalisation.
     """
 
     name: str
@@ -50,6 +52,7 @@ class Placement:
     source: str = ""
     studies: tuple[str, ...] = ()
     dual_stream: bool = False
+    post_update: Callable | None = None
 
     def wiring(self, sublayer: str) -> Wiring:
         """The wiring of `sublayer` ("attn", "cross" or "ffn")."""
@@ -314,6 +317,25 @@ _ENTRIES = (
         "layer); resi_dual/resi_dual.py lines 107-131 (encoder: d_0 = x_0, output x + LN(d)), 252-283 (decoder)",
         studies=("hidden_norms", "grad_norms_at_init", "deep_training"),
         dual_stream=True,
+    ),
+    Placement(
+        "ngpt",
+        "nGPT",
+        "#843c39",
+        _same(Wiring(placements.ngpt, norms=0, gate="channel", hypersphere=True)),
+        final_norm=False,
+        formula="h = unit(x), x = unit(h + alpha (unit(F(x)) - h)); weights unit along d after every step",
+        reference="Loshchilov et al. 2024",
+        notes="no norm module, no biases; alpha per channel 0.05 (stored 1/sqrt(d)); per-head unit q, k times "
+        "s_qk = 1, softmax scale sqrt(d_k); SwiGLU MLP with s_uv sqrt(d); logits times s_z = 1; decoder and "
+        "encoder only",
+        init=init.ngpt_rule,
+        source="NVIDIA/ngpt (commit ed19eb2) model.py lines 86-100 (alpha, s_qk, s_uv), 128-135 (q/k, softmax "
+        "scale), 144-153 and 168-177 (updates), 158-164 (MLP), 239-241 and 284-285 (s_z); train.py lines 128 "
+        "(base_scale), 394-411 (normalize_matrices)",
+        # hidden_norms' theory setting and grad_norms_at_init's encoder-decoder are refused by ngpt's config
+        studies=("jacobian_spectrum", "deep_training"),
+        post_update=init.hypersphere_normalize,
     ),
 )
 REGISTRY: dict[str, Placement] = {p.name: p for p in _ENTRIES}

@@ -61,6 +61,9 @@ def test_final_norm_is_automatic_by_placement(placement):
     if placement == "resi_dual":  # its output x_L + N(d_L) needs the norm: final_norm=False is refused
         with pytest.raises(ValueError, match="final_norm=False"):
             cfg.replace(final_norm=False)
+    elif placement == "ngpt":  # unit hidden states, no norm modules: final_norm=True is refused
+        with pytest.raises(ValueError, match="final_norm=True"):
+            cfg.replace(final_norm=True)
     else:
         assert cfg.replace(final_norm=not expected).has_final_norm("decoder") is (not expected)
     assert cfg.replace(norm="none").has_final_norm("decoder") is False

@@ -138,6 +138,8 @@ def train_step(spec: StepSpec, state: TrainState, batch: dict) -> tuple[TrainSta
         spec.optimizer, grads, state.opt_state, state.params, lr, hp["weight_decay"]
     )
     params = optax.apply_updates(state.params, updates)
+    # the placement's post-update hook (nGPT: every weight matrix back to unit norm along d); identity otherwise
+    params = nnx.merge(spec.graphdef, params, state.consts).post_update(params)
 
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     bad_steps = jnp.where(finite & (loss <= hp["divergence_loss"]), 0, state.bad_steps + 1)
