@@ -101,6 +101,8 @@ CASES = [
     ("jacobian_spectrum", ["--config.resolution=nan"], ["config.resolution=nan"]),
     ("jacobian_spectrum", ["--config.placements=peri_ln+embedding_norm"], ["peri_ln+embedding_norm", "already"]),
     ("jacobian_spectrum", ["--config.placements=pre,resi_dual"], ["config.placements[1]='resi_dual'", "two"]),
+    ("hidden_norms", ["--config.placements=pre,ngpt"], ["config.placements[1]='ngpt'", "theory=True"]),
+    ("grad_norms_at_init", ["--config.placements=ngpt"], ["config.placements[0]='ngpt'", "encoder_decoder"]),
     ("grad_norms_at_init", ["--config.placements=hybrid+qk_norm"], ["config.placements[0]='hybrid+qk_norm'"]),
     ("ln_jacobian", ["--config.placements=pre+qk_norm"], ["config.placements[0]='pre+qk_norm'"]),
     ("amplification", ["--config.kinds=bogus"], ["config.kinds[0]='bogus'"]),

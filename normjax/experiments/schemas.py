@@ -187,6 +187,20 @@ def _check_specs(name: str, values: dict) -> None:
                     f"config.{key}[{i}]={text!r} is invalid: jacobian_spectrum's d x_L / d x_l take one residual "
                     f"stream and {spec.placement} carries two (see docs/placements.md)"
                 )
+            for fields in _study_model_fields(name, values):  # e.g. ngpt: no encoder_decoder, no theory setting
+                try:
+                    normjax.ModelConfig(**(fields | spec.fields))
+                except (TypeError, ValueError) as e:
+                    raise ConfigError(f"config.{key}[{i}]={text!r} cannot be measured by {name}: {e}") from None
+
+
+def _study_model_fields(name: str, values: dict) -> list[dict]:
+    """The ModelConfig fields (besides the spec's) of the models a study builds for every spec."""
+    if name == "grad_norms_at_init":
+        return [{"arch": arch} for arch in values["archs"]]
+    if name == "hidden_norms" and "theory" in values["settings"]:
+        return [{"arch": "encoder", "num_heads": 1, "theory": True}]
+    return []
 
 
 def _cross_checks(name: str, values: dict) -> None:
