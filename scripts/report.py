@@ -3,8 +3,11 @@
 python scripts/report.py --workdir=results
 """
 
+import sys
+
 from absl import app, flags
 
+from normjax.io import WorkdirError
 from normjax.report.build import build_report
 
 _WORKDIR = flags.DEFINE_string("workdir", "results", "Folder holding <experiment>/results.json.")
@@ -13,7 +16,12 @@ _WORKDIR = flags.DEFINE_string("workdir", "results", "Folder holding <experiment
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    print(f"report: {build_report(_WORKDIR.value)}")
+    try:
+        path = build_report(_WORKDIR.value)
+    except WorkdirError as e:  # a damaged results.json: one line naming it, exit 2, no report written
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(f"report: {path}")
 
 
 if __name__ == "__main__":

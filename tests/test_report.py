@@ -1,10 +1,17 @@
 """The report builder: every claim gets a row, verdicts come through as the studies gave them."""
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 
-from normjax.io import write_json
+from normjax.io import CorruptFileError, write_json
 from normjax.report import CLAIMS, verdict_row
 from normjax.report.build import build_report
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _study(tmp_path, name, rows, figures=()):
@@ -61,3 +68,33 @@ def test_verdict_rows_are_validated():
         verdict_row("Z9", "p", "m", "holds", "r")
     with pytest.raises(ValueError, match="verdict 'probably'"):
         verdict_row("S1", "p", "m", "probably", "r")
+
+
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        ({"claim": "S6", "verdict": "holds"}, "verdict row 0 is invalid"),  # fields missing
+        (verdict_row("S6", "p", "m", "holds", "r") | {"verdict": "mostly"}, "verdict row 0 is invalid"),
+        (verdict_row("S6", "p", "m", "holds", "r") | {"claim": "Z9"}, "verdict row 0 is invalid"),
+    ],
+)
+def test_an_invalid_verdict_row_names_its_file_instead_of_dropping_out(tmp_path, row, match):
+    """A row the report cannot place used to vanish from REPORT.md; now it is an error naming the file."""
+    _study(tmp_path, "cost", [row])
+    with pytest.raises(CorruptFileError, match=rf"cost/results.json: {match}"):
+        build_report(str(tmp_path))
+    assert not (tmp_path / "REPORT.md").exists()
+
+
+def test_report_cli_names_a_truncated_results_file_in_one_line(tmp_path):
+    _study(tmp_path, "cost", [verdict_row("S6", "p", "m", "holds", "r")])
+    path = tmp_path / "cost" / "results.json"
+    path.write_text(path.read_text()[:40])
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "report.py"), f"--workdir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: {path} is corrupt") and len(proc.stderr.strip().splitlines()) == 1

@@ -6,8 +6,8 @@ import datetime
 import glob
 import os
 
-from normjax.io import read_json
-from normjax.report.claims import CLAIMS, VERDICTS
+from normjax.io import CorruptFileError, read_json
+from normjax.report.claims import CLAIMS, VERDICTS, Verdict
 
 SECTIONS = {
     "S": "Seed-note claims",
@@ -24,11 +24,32 @@ MARK = {
 }
 
 
+def _check_saved(path: str, saved) -> None:
+    """A results.json whose verdict rows are all valid Verdicts, so no row can drop out of the report unseen.
+
+    Raises:
+      CorruptFileError: naming the file and the bad row.
+    """
+    results = saved.get("results") if isinstance(saved, dict) else None
+    if not isinstance(results, dict) or not isinstance(results.get("verdicts", []), list):
+        raise CorruptFileError(f"{path} is not a study's results (no results dict with a verdicts list)")
+    for i, row in enumerate(results.get("verdicts", [])):
+        try:
+            Verdict(**row)
+        except (TypeError, ValueError) as e:
+            raise CorruptFileError(f"{path}: verdict row {i} is invalid ({e})") from None
+
+
 def load_results(workdir: str) -> dict[str, dict]:
-    """{experiment: saved results.json} for every finished study under `workdir`."""
+    """{experiment: saved results.json} for every finished study under `workdir`.
+
+    Raises:
+      CorruptFileError: naming a results.json that is not JSON, or holds an invalid verdict row.
+    """
     found = {}
     for path in sorted(glob.glob(os.path.join(workdir, "*", "results.json"))):
         saved = read_json(path)
+        _check_saved(path, saved)
         found[saved.get("experiment", os.path.basename(os.path.dirname(path)))] = saved
     return found
 
@@ -41,9 +62,8 @@ def collect_rows(studies: dict[str, dict]) -> dict[str, list[dict]]:
     """{claim id: [verdict rows, each with its experiment]} in CLAIMS order."""
     rows = {claim: [] for claim in CLAIMS}
     for name, saved in studies.items():
-        for row in saved.get("results", {}).get("verdicts", []):
-            if row.get("claim") in rows and row.get("verdict") in VERDICTS:
-                rows[row["claim"]].append(row | {"experiment": name})
+        for row in saved["results"].get("verdicts", []):  # validated by load_results
+            rows[row["claim"]].append(row | {"experiment": name})
     return rows
 
 
