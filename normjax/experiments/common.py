@@ -21,6 +21,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from normjax.experiments import configs, schemas
+from normjax.io import config_diff
 from normjax.studies import runner
 from normjax.train import cli, memory
 from normjax.train.config_io import ConfigError
@@ -50,6 +51,7 @@ class Args:
     force: bool = False
     shard: str = "0/1"
     distributed: bool = False
+    provenance: dict = dataclasses.field(default_factory=dict)  # {"preset": name, "differs": [dotted keys]}
 
 
 def resolve_config_path(spec: str) -> str:
@@ -155,10 +157,24 @@ def progress_bars(enabled: bool):
         tqdm.std.tqdm.__init__ = init
 
 
+def provenance(exp: Experiment, argv: list[str], config) -> dict:
+    """Which preset the run's config came from and the dotted keys in which it differs from that preset
+    (command-line overrides), for the report to mark runs that are not their preset."""
+    _, spec = _rewrite_config_arg(list(argv))
+    spec = spec or f"{configs.path(exp.name)}:quick"
+    path, _, preset = spec.partition(":")
+    name = preset or "default"
+    if os.path.abspath(path) != os.path.abspath(configs.path(exp.name)):
+        name = f"{os.path.basename(path)}:{name}"  # a user's own config file
+    diffs = config_diff(cli.load_config(spec).to_dict(), config.to_dict())
+    return {"preset": name, "differs": [d.split(":", 1)[0] for d in diffs]}
+
+
 def _args(exp: Experiment, fv: flags.FlagValues, argv: list[str]) -> Args:
     overrides = tuple(k for k in map(cli.override_key, argv) if k)
     extra = dict(force=fv.force) | ({} if exp.kind == STUDY else dict(distributed=fv.distributed))
     extra |= dict(shard=fv.shard) if exp.kind == SWEEP else {}
+    extra |= dict(provenance=provenance(exp, argv, fv.config))
     return Args(fv.config, overrides, fv.workdir, fv.progress, **extra)
 
 
@@ -197,7 +213,9 @@ def study(name: str, module, after: Callable | None = None) -> Experiment:
         return args.config.to_dict()
 
     def run(args: Args) -> None:
-        saved = runner.run_study(name, args.workdir, args.config, module.compute, module.plot, force=args.force)
+        saved = runner.run_study(
+            name, args.workdir, args.config, module.compute, module.plot, force=args.force, provenance=args.provenance
+        )
         if after is not None:
             after(saved)
 

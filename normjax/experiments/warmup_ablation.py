@@ -54,7 +54,15 @@ def run(args: common.Args) -> None:
     if all(r["status"] == "done" for r in result["runs"]):
         study = warmup_ablation
         runner.run_study(
-            "warmup_ablation", "", config, study.compute, study.plot, force=args.force, folder=args.workdir, wait=True
+            "warmup_ablation",
+            "",
+            config,
+            study.compute,
+            study.plot,
+            force=args.force,
+            folder=args.workdir,
+            wait=True,
+            provenance=args.provenance,
         )
 
 

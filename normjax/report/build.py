@@ -7,7 +7,8 @@ import glob
 import os
 
 from normjax.io import CorruptFileError, read_json
-from normjax.report.claims import CLAIMS, VERDICTS, Verdict
+from normjax.report.claims import CLAIMS, CONSTRUCTION, EMPIRICAL
+from normjax.report.judge import judge
 
 SECTIONS = {
     "S": "Seed-note claims",
@@ -21,36 +22,24 @@ MARK = {
     "partly holds": "partly holds",
     "does not hold": "**does not hold**",
     "not testable at this scale": "not testable at this scale",
+    CONSTRUCTION: CONSTRUCTION,
 }
 
 
-def _check_saved(path: str, saved) -> None:
-    """A results.json whose verdict rows are all valid Verdicts, so no row can drop out of the report unseen.
-
-    Raises:
-      CorruptFileError: naming the file and the bad row.
-    """
-    results = saved.get("results") if isinstance(saved, dict) else None
-    if not isinstance(results, dict) or not isinstance(results.get("verdicts", []), list):
-        raise CorruptFileError(f"{path} is not a study's results (no results dict with a verdicts list)")
-    for i, row in enumerate(results.get("verdicts", [])):
-        try:
-            Verdict(**row)
-        except (TypeError, ValueError) as e:
-            raise CorruptFileError(f"{path}: verdict row {i} is invalid ({e})") from None
-
-
 def load_results(workdir: str) -> dict[str, dict]:
-    """{experiment: saved results.json} for every finished study under `workdir`.
+    """{experiment: saved results.json, with "verdicts" from the current rules} for every study under `workdir`.
 
     Raises:
-      CorruptFileError: naming a results.json that is not JSON, or holds an invalid verdict row.
+      CorruptFileError: naming a results.json that is not JSON, is not a study's results, or that the current
+        rules cannot judge.
     """
     found = {}
     for path in sorted(glob.glob(os.path.join(workdir, "*", "results.json"))):
         saved = read_json(path)
-        _check_saved(path, saved)
-        found[saved.get("experiment", os.path.basename(os.path.dirname(path)))] = saved
+        if not isinstance(saved, dict) or not isinstance(saved.get("results"), dict):
+            raise CorruptFileError(f"{path} is not a study's results (no results dict)")
+        name = saved.get("experiment", os.path.basename(os.path.dirname(path)))
+        found[name] = saved | {"verdicts": judge(name, saved["results"], path)}
     return found
 
 
@@ -62,9 +51,23 @@ def collect_rows(studies: dict[str, dict]) -> dict[str, list[dict]]:
     """{claim id: [verdict rows, each with its experiment]} in CLAIMS order."""
     rows = {claim: [] for claim in CLAIMS}
     for name, saved in studies.items():
-        for row in saved["results"].get("verdicts", []):  # validated by load_results
-            rows[row["claim"]].append(row | {"experiment": name})
+        for row in saved["verdicts"]:  # judged and validated by load_results
+            rows[row["claim"]].append(row | {"experiment": name, "off_preset": _off_preset(saved)})
     return rows
+
+
+def _off_preset(saved: dict) -> str:
+    """'' for a run of its preset, else which config keys differ from it (shown next to the verdict)."""
+    provenance = saved.get("provenance") or {}
+    if "preset" not in provenance:
+        return "run without a recorded preset"
+    differs = provenance.get("differs") or []
+    return f"differs from :{provenance['preset']} in {', '.join(differs)}" if differs else ""
+
+
+def _verdict_cell(row: dict) -> str:
+    mark = MARK[row["verdict"]]
+    return f"{mark} (*{row['off_preset']}*)" if row.get("off_preset") else mark
 
 
 def _figure_link(row: dict) -> str:
@@ -84,17 +87,35 @@ def verdict_table(rows: dict[str, list[dict]]) -> list[str]:
         for row in claim_rows:
             lines.append(
                 f"| {claim}: {_cell(CLAIMS[claim])} | {_cell(row['prediction'])} | "
-                f"{_cell(row['measured'])} ({row['experiment']}) | {MARK[row['verdict']]} | "
+                f"{_cell(row['measured'])} ({row['experiment']}) | {_verdict_cell(row)} | "
                 f"{_cell(row['reason'])} | {_figure_link(row)} |"
             )
     return lines
 
 
 def _counts(rows: dict[str, list[dict]]) -> str:
+    """Empirical verdicts counted apart from checks of the construction, and claims no study ran."""
     flat = [r["verdict"] for claim_rows in rows.values() for r in claim_rows]
     missing = sum(1 for claim_rows in rows.values() if not claim_rows)
-    parts = [f"{flat.count(v)} {v}" for v in VERDICTS if flat.count(v)]
-    return ", ".join(parts + ([f"{missing} claims not run"] if missing else []))
+    parts = [f"{flat.count(v)} {v}" for v in EMPIRICAL if flat.count(v)]
+    text = "empirical: " + (", ".join(parts) or "none")
+    text += f"; {flat.count(CONSTRUCTION)} {CONSTRUCTION}"
+    return text + (f"; {missing} claims not run" if missing else "")
+
+
+def summary_table(rows: dict[str, list[dict]]) -> list[str]:
+    """One screen: claim, verdict, the deciding number with its interval; details in the sections below."""
+    lines = ["| claim | verdict | key number (95% interval over seeds) | study |", "|---|---|---|---|"]
+    for claim, claim_rows in rows.items():
+        for row in claim_rows or [{"verdict": None, "key": "", "experiment": "not run"}]:
+            verdict = _verdict_cell(row) if row["verdict"] else "not run"
+            lines.append(f"| {claim} | {verdict} | {_cell(row.get('key', ''))} | {row['experiment']} |")
+    return lines
+
+
+def _presets(studies: dict[str, dict]) -> str:
+    names = sorted({(s.get("provenance") or {}).get("preset", "unrecorded") for s in studies.values()})
+    return ", ".join(f":{n}" for n in names) or "none"
 
 
 def study_section(name: str, saved: dict) -> list[str]:
@@ -108,7 +129,7 @@ def study_section(name: str, saved: dict) -> list[str]:
     ]
     if results.get("discussion"):
         lines += [results["discussion"], ""]
-    for row in results.get("verdicts", []):
+    for row in saved["verdicts"]:
         lines.append(f"- **{row['claim']}** ({row['verdict']}): {row['measured']}")
     figures = [f for f in saved.get("figures", []) if f.endswith(".png")]
     lines += [""] + [f"![{name}: {os.path.basename(f)}]({name}/{f})" for f in figures] + [""]
@@ -120,14 +141,20 @@ def build_report(workdir: str) -> str:
     studies = load_results(workdir)
     rows = collect_rows(studies)
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")
+    wall = sum(s.get("wall_time_s") or 0 for s in studies.values())
     lines = [
         "# normjax report: where should the norm sit?",
         "",
-        f"Built {now} from {len(studies)} experiments in `{workdir}` "
-        f"({', '.join(studies) or 'none'}). Verdicts: {_counts(rows)}.",
+        f"Preset {_presets(studies)}. Built {now} from {len(studies)} experiments in `{workdir}` "
+        f"({', '.join(studies) or 'none'}; {wall / 60:.0f} min of study wall time). Verdicts, {_counts(rows)}.",
         "",
-        "Every verdict comes from the measured numbers by the rule given in its row "
-        "(the rules live in `normjax/studies/*_verdicts.py`).",
+        "Every verdict is given when this report is built, by the rule in its row applied to the measured numbers "
+        "(rules: `normjax/studies/*_verdicts.py`; claims and thresholds: `docs/claims.md`). "
+        f"'{CONSTRUCTION}' rows check how the code is written and are not counted as findings.",
+        "",
+        "## Summary",
+        "",
+        *summary_table(rows),
         "",
     ]
     for prefix, title in SECTIONS.items():

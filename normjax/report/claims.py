@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-VERDICTS = ("holds", "partly holds", "does not hold", "not testable at this scale")
+EMPIRICAL = ("holds", "partly holds", "does not hold", "not testable at this scale")
+CONSTRUCTION = "verified by construction"  # a check of how the code is written, counted apart from findings
+VERDICTS = EMPIRICAL + (CONSTRUCTION,)
 
 CLAIMS = {
     "S1": "Post-LN: LN input grows with depth, dLN/dz shrinks, gradients vanish toward shallow layers",
@@ -49,6 +51,7 @@ class Verdict:
     reason: str  # which rule gave the verdict, or why it is not testable here
     figure: str | None = None  # path relative to the study folder
     numbers: dict = dataclasses.field(default_factory=dict)
+    key: str = ""  # the one number (with its interval) that decides, for the report's summary table
 
     def __post_init__(self):
         if self.claim not in CLAIMS:
@@ -58,7 +61,14 @@ class Verdict:
 
 
 def verdict_row(
-    claim: str, prediction: str, measured: str, verdict: str, reason: str, figure: str | None = None, **numbers
+    claim: str,
+    prediction: str,
+    measured: str,
+    verdict: str,
+    reason: str,
+    figure: str | None = None,
+    key: str = "",
+    **numbers,
 ) -> dict:
-    """A validated Verdict as a JSON-ready dict, for a study's results["verdicts"] list."""
-    return dataclasses.asdict(Verdict(claim, prediction, measured, verdict, reason, figure, numbers))
+    """A validated Verdict as a JSON-ready dict: one row a study's rules return."""
+    return dataclasses.asdict(Verdict(claim, prediction, measured, verdict, reason, figure, numbers, key))

@@ -12,9 +12,7 @@ from tqdm import tqdm
 
 import normjax
 from normjax import plotting
-from normjax.io import to_jsonable
 from normjax.jacobian import fits, param_probes
-from normjax.studies.amplification_verdicts import verdicts
 
 STACK = "encoder"
 PROFILED = "admin_profiled"  # Admin with omega from normjax.profile_admin instead of the closed form
@@ -145,7 +143,6 @@ def compute(config, study) -> dict:
         "num_seeds": config.num_seeds,
         "runs": {p: _aggregate(config, by_N) for p, by_N in raw.items()},
     }
-    results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
 

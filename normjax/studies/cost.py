@@ -13,8 +13,6 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting
 from normjax import train as nt
-from normjax.io import to_jsonable
-from normjax.studies.cost_verdicts import verdicts
 
 MEMORY_FIELDS = ("argument", "output", "alias", "temp")
 
@@ -162,7 +160,6 @@ def compute(config, study) -> dict:
         "size": {k: config[k] for k in ("d_model", "num_heads", "d_ff", "num_layers", "batch_size", "seq_len")},
         "device": str(jax.devices()[0]),
     }
-    results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
 

@@ -16,9 +16,8 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting, specs
 from normjax import train as nt
-from normjax.io import to_jsonable
 from normjax.jacobian import fits
-from normjax.studies.deep_training_verdicts import LN_INPUT_LARGE, verdicts
+from normjax.studies.deep_training_verdicts import LN_INPUT_LARGE
 from normjax.train.tasks import unigram_nll
 
 BETA_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel", "attn/value/kernel", "attn/out/kernel")  # DeepNorm's beta
@@ -246,7 +245,6 @@ def compute(config, study) -> dict:
         for run in config.runs
         if len(config.depths) >= 2
     }
-    results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
 

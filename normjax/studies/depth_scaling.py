@@ -9,9 +9,8 @@ from tqdm import tqdm
 
 import normjax
 from normjax import plotting
-from normjax.io import to_jsonable
 from normjax.jacobian import fits
-from normjax.studies.depth_scaling_verdicts import S2_SLOPE, THEOREM1_SLOPE, verdicts
+from normjax.studies.depth_scaling_verdicts import S2_SLOPE, THEOREM1_SLOPE
 from normjax.studies.grad_norms_at_init import placements_in_order
 from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
 from normjax.studies.ln_jacobian import plain_log_ticks
@@ -79,7 +78,6 @@ def compute(config, study) -> dict:
         )
     for (setting, placement), runs_DS in done.items():
         results["runs"].setdefault(setting, {})[placement] = _aggregate(config.depths, runs_DS)
-    results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
 

@@ -8,10 +8,8 @@ from tqdm import tqdm
 
 import normjax
 from normjax import plotting, specs
-from normjax.io import to_jsonable
 from normjax.jacobian import fits
 from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
-from normjax.studies.grad_norms_at_init_verdicts import verdicts
 from normjax.studies.ln_jacobian import plain_log_ticks
 
 METRICS = ("norm_of_mean", "mean_of_norms")
@@ -77,7 +75,6 @@ def compute(config, study) -> dict:
             for seed in range(config.num_seeds)
         ]
         results["runs"].setdefault(arch, {})[placement] = _aggregate(runs)
-    results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
 

@@ -11,9 +11,7 @@ from tqdm import tqdm
 
 import normjax
 from normjax import plotting, specs
-from normjax.io import to_jsonable
 from normjax.jacobian import fits
-from normjax.studies.hidden_norms_verdicts import verdicts
 
 NORM_INPUT_SITES = ("attn.post", "ffn.post", "attn.pre", "ffn.pre")
 
@@ -140,7 +138,6 @@ def compute(config, study) -> dict:
         agg = _aggregate(runs)
         agg["stream_growth"] = _growth(agg["stream_mean"])
         results["runs"].setdefault(setting, {})[placement] = agg
-    results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
 

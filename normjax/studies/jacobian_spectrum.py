@@ -10,9 +10,7 @@ from tqdm import tqdm
 
 import normjax
 from normjax import jacobian, plotting, specs
-from normjax.io import to_jsonable
 from normjax.jacobian import model_jacobians, param_probes
-from normjax.studies.jacobian_spectrum_verdicts import verdicts
 
 STACK = "encoder"
 
@@ -175,7 +173,6 @@ def compute(config, study) -> dict:
             results["runs"].setdefault(placement, {})[str(L)] = _aggregate(runs)
         if "rezero" in config.placements:
             results["rezero_gradients"] = study.cached("rezero-gradients", lambda: rezero_gradients(config))
-    results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
 

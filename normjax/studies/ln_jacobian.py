@@ -11,11 +11,9 @@ from tqdm import tqdm
 
 import normjax
 from normjax import plotting
-from normjax.io import to_jsonable
 from normjax.jacobian import probes
 from normjax.studies.hidden_norms import lemma2_bounds, model_config
 from normjax.studies.ln_jacobian_checks import autodiff_spectral, wiring_errors
-from normjax.studies.ln_jacobian_verdicts import verdicts
 
 # The site drawn per placement: Lemma 2's quantities (FFN LN input for Post-LN, x_l for Pre-LN).
 MAIN_SITE = {"post": "ffn.post", "pre": "attn.pre", "sandwich": "attn.pre", "deepnorm": "ffn.post", "admin": "ffn.post"}
@@ -118,7 +116,6 @@ def compute(config, study) -> dict:
             for seed in range(config.num_seeds)
         ]
         results["runs"].setdefault(setting, {})[placement] = _aggregate(runs, config.num_layers)
-    results["verdicts"] = verdicts(to_jsonable(results))
     return results
 
 

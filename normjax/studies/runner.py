@@ -27,24 +27,38 @@ from normjax.io import (
 )
 from normjax.train.config_io import ConfigError
 
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-def _study_modules(module, seen: set) -> None:
-    """`module` and every normjax.studies module it uses, directly or through another one."""
+
+def _measured_by(module) -> bool:
+    """normjax code whose change can change a measurement: not the verdict rules, the report or the runner."""
+    name = module.__name__
+    return (
+        name.startswith("normjax")
+        and not name.endswith("_verdicts")
+        and not name.startswith(("normjax.report", "normjax.experiments"))
+        and name != __name__
+    )
+
+
+def _code_modules(module, seen: set) -> None:
+    """`module` and every normjax module it uses, directly or through another one (rules excluded)."""
     seen.add(module)
     for value in vars(module).values():
         used = value if inspect.ismodule(value) else inspect.getmodule(value)
-        if used is not None and used.__name__.startswith("normjax.studies") and used not in seen:
-            _study_modules(used, seen)
+        if used is not None and used not in seen and _measured_by(used):
+            _code_modules(used, seen)
 
 
 def code_fingerprint(fn: Callable) -> str:
-    """sha256 of the study's code: the module defining `fn` and every normjax.studies module it uses."""
+    """sha256 of the code a study's compute runs: the module defining `fn` and every normjax module it reaches
+    (model, jacobian, train, ...), but not the verdict rules, which run when the report is built."""
     modules: set = set()
-    _study_modules(inspect.getmodule(fn), modules)
+    _code_modules(inspect.getmodule(fn), modules)
     digest = hashlib.sha256()
-    for path in sorted(inspect.getsourcefile(m) for m in modules):
+    for path in sorted({inspect.getsourcefile(m) for m in modules}):
         with open(path, "rb") as f:
-            digest.update(os.path.basename(path).encode() + f.read())
+            digest.update(os.path.relpath(path, _PACKAGE_ROOT).encode() + f.read())
     return digest.hexdigest()[:16]
 
 
@@ -126,10 +140,11 @@ class StudyDir:
     def figure_stem(self, stem: str) -> str:
         return os.path.join(self.path, stem)
 
-    def save(self, results: dict, figures: list[str], wall_time_s: float) -> dict:
+    def save(self, results: dict, figures: list[str], wall_time_s: float, provenance: dict | None = None) -> dict:
         record = {
             "experiment": self.name,
             "config": self.config,
+            "provenance": provenance or {},
             "results": results,
             "figures": [os.path.relpath(f, self.path) for f in figures],
             "wall_time_s": wall_time_s,
@@ -153,13 +168,16 @@ def run_study(
     force: bool = False,
     folder: str | None = None,
     wait: bool = False,
+    provenance: dict | None = None,
 ) -> dict:
     """Run compute(config, study_dir) -> results and plot(results, study_dir) -> figure paths.
 
     Skips the work when WORKDIR/<name>/results.json (or `folder`/results.json) holds the same config and
-    code; `force` recomputes. A rerun after an interruption reuses the pieces compute() stored with
-    `study_dir.cached`. The study folder is locked while it computes; with `wait` (the shards of one sweep,
-    which all reach the analysis) a process finding it locked waits, then returns the results the other wrote.
+    code; `force` recomputes. `provenance` ({"preset": name, "differs": [keys]}) is stored beside the results
+    so the report marks runs whose config is not their preset's. A rerun after an interruption reuses the
+    pieces compute() stored with `study_dir.cached`. The study folder is locked while it computes; with `wait`
+    (the shards of one sweep, which all reach the analysis) a process finding it locked waits, then returns
+    the results the other wrote.
 
     Raises:
       ConfigError: naming the differing keys when the folder holds results of another config (not `force`).
@@ -181,7 +199,7 @@ def run_study(
         results = to_jsonable(compute(config, study))
         with plotting.style():
             figures = plot(results, study)
-        saved = study.save(results, figures, round(time.time() - start, 1))
+        saved = study.save(results, figures, round(time.time() - start, 1), provenance)
     print(f"[{name}] wrote {study.results_path} and {len(figures)} figure files in {saved['wall_time_s']:.0f} s")
     return saved
 

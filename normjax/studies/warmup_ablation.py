@@ -8,7 +8,6 @@ import jax
 import numpy as np
 
 from normjax import plotting, train
-from normjax.studies.warmup_ablation_verdicts import verdicts
 from normjax.train import records, tasks
 from normjax.train.job import prepare
 
@@ -70,7 +69,6 @@ def compute(config, study) -> dict:
         "schedule": config.train.schedule,
         "unigram_nll": tasks.unigram_nll(prepare(train.expand(config, 1)[0].run)[0].train),
     }
-    results["verdicts"] = verdicts(results)
     return results
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from normjax.report import Verdict
+from normjax.report.judge import judge
 from normjax.studies import amplification, runner
 
 
@@ -47,7 +48,7 @@ def test_results_schema_and_verdicts(saved):
             assert len(a["var_mean"]) == 2 and a["fit"]["better"] in ("linear", "log")
     admin = results["runs"]["admin_profiled"]
     assert len(admin["omega_last"]["mean"]) == 2 and len(admin["omega_profiled_deepest"]) == 4
-    rows = results["verdicts"]
+    rows = judge("amplification", results)
     assert [r["claim"] for r in rows] == ["L1", "L2"]
     for row in rows:
         Verdict(**row)

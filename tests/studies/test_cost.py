@@ -3,6 +3,7 @@
 import ml_collections
 
 from normjax.report import CLAIMS, VERDICTS
+from normjax.report.judge import judge
 from normjax.studies import cost, runner
 
 
@@ -27,7 +28,7 @@ def test_cost_smoke(tmp_path, monkeypatch):
     assert runs["pre"]["relative"]["time"] == 1.0 and runs["pre"]["relative"]["memory"] == 1.0
     # Same sublayers and norms per block: Pre-LN adds only its final LayerNorm (scale + bias of width d).
     assert runs["pre"]["num_params"] - runs["post"]["num_params"] == 2 * 16
-    rows = results["verdicts"]
+    rows = judge("cost", results)
     assert [r["claim"] for r in rows] == ["S6"] and set(r["claim"] for r in rows) <= set(CLAIMS)
     assert all(r["verdict"] in VERDICTS for r in rows)
     # A killed study resumes from its cached pieces: with all of them present nothing is compiled.

@@ -4,6 +4,7 @@ import ml_collections
 import numpy as np
 
 from normjax.report import CLAIMS, VERDICTS
+from normjax.report.judge import judge
 from normjax.studies import deep_training, runner
 from normjax.studies.deep_training_verdicts import decoder_deepnorm
 
@@ -38,6 +39,6 @@ def test_deep_training_smoke(tmp_path):
     # DeepNorm's alpha read back from the stream is the paper's (2M)^(1/4)
     alpha = results["runs"]["deepnorm"]["2"]["init"]["deepnorm"]["alpha"]
     np.testing.assert_allclose(alpha, decoder_deepnorm(2)[0], rtol=1e-4)
-    claims = {row["claim"] for row in results["verdicts"]}
+    claims = {row["claim"] for row in judge("deep_training", results)}
     assert {"D1", "D2", "D3", "S7"} <= claims <= set(CLAIMS)
-    assert all(row["verdict"] in VERDICTS for row in results["verdicts"])
+    assert all(row["verdict"] in VERDICTS for row in judge("deep_training", results))

@@ -7,6 +7,7 @@ from model_fixtures import scan_twin
 
 import normjax
 from normjax.report import CLAIMS, VERDICTS
+from normjax.report.judge import judge
 from normjax.studies import depth_scaling, runner
 from normjax.studies.grad_norms_at_init_probe import CopyTask, ffn_grad_norms
 
@@ -34,7 +35,7 @@ def test_depth_scaling_smoke(tmp_path):
                     m = agg[where][name][metric]
                     assert np.array(m["values"]).shape == (2, 2)  # (depths, seeds)
                     assert {"exponent", "stderr", "prefactor", "r2"} <= set(m["fit"])
-    rows = {row["claim"]: row for row in results["verdicts"]}
+    rows = {row["claim"]: row for row in judge("depth_scaling", results)}
     assert set(rows) == {"X5", "S2"} and set(rows) <= set(CLAIMS)
     assert all(row["verdict"] in VERDICTS for row in rows.values())
 

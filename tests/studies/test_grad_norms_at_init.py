@@ -8,6 +8,7 @@ from flax import nnx
 import normjax
 from normjax.jacobian import param_probes
 from normjax.report import CLAIMS, VERDICTS
+from normjax.report.judge import judge
 from normjax.studies import grad_norms_at_init, runner
 from normjax.studies import grad_norms_at_init_probe as probe
 
@@ -42,10 +43,10 @@ def test_grad_norms_at_init_smoke(tmp_path):
                     np.array(stack[name]["norm_of_mean"]["mean"])
                     <= np.array(stack[name]["mean_of_norms"]["mean"]) * (1 + 1e-5)
                 )
-    claims = {row["claim"] for row in results["verdicts"]}
+    claims = {row["claim"] for row in judge("grad_norms_at_init", results)}
     assert claims == {"X6", "L3", "R5", "S1", "S3"} and claims <= set(CLAIMS)
-    assert all(row["verdict"] in VERDICTS for row in results["verdicts"])
-    r5 = next(row for row in results["verdicts"] if row["claim"] == "R5")
+    assert all(row["verdict"] in VERDICTS for row in judge("grad_norms_at_init", results))
+    r5 = next(row for row in judge("grad_norms_at_init", results) if row["claim"] == "R5")
     assert r5["verdict"] == "not testable at this scale"  # no mixln in this config
 
 

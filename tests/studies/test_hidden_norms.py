@@ -4,6 +4,7 @@ import ml_collections
 import numpy as np
 
 from normjax.report import CLAIMS, VERDICTS
+from normjax.report.judge import judge
 from normjax.studies import hidden_norms, runner
 
 
@@ -36,10 +37,10 @@ def test_hidden_norms_smoke(tmp_path):
     # ReZero at init is the identity: the stream never changes, so its norm is the same at every depth.
     rezero = np.array(results["runs"]["real"]["rezero"]["stream_mean"])
     np.testing.assert_allclose(rezero, rezero[0], rtol=1e-6)
-    claims = {row["claim"] for row in results["verdicts"]}
+    claims = {row["claim"] for row in judge("hidden_norms", results)}
     assert {"X2", "X3", "S4", "R4"} <= claims <= set(CLAIMS)
-    assert all(row["verdict"] in VERDICTS for row in results["verdicts"])
-    x2 = next(r for r in results["verdicts"] if r["claim"] == "X2")
+    assert all(row["verdict"] in VERDICTS for row in judge("hidden_norms", results))
+    x2 = next(r for r in judge("hidden_norms", results) if r["claim"] == "X2")
     assert x2["verdict"] == "holds", x2  # the theory switch is exactly the setting, at any size
     # A rerun with the same config reuses the results instead of recomputing.
     again = runner.run_study("hidden_norms", str(tmp_path), _tiny(), hidden_norms.compute, hidden_norms.plot)

@@ -8,6 +8,7 @@ from flax import nnx
 
 import normjax
 from normjax.report import Verdict
+from normjax.report.judge import judge
 from normjax.studies import jacobian_spectrum, runner
 
 
@@ -49,7 +50,7 @@ def test_results_schema_and_verdicts(saved):
             assert len(agg["io_sv"][0]) == n
             assert len(agg["block_norm"]["mean"]) == L
             assert {"max", "min", "rms"} <= set(agg["e2e"]) and len(agg["e2e"]["min"]["mean"]) == L
-    rows = results["verdicts"]
+    rows = judge("jacobian_spectrum", results)
     assert {r["claim"] for r in rows} == {"R1", "R2", "S3", "S7"}
     for row in rows:
         Verdict(**row)

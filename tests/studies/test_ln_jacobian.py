@@ -9,6 +9,7 @@ from flax import nnx
 import normjax
 from normjax.jacobian import norm_jacobians, probes
 from normjax.report import CLAIMS, VERDICTS
+from normjax.report.judge import judge
 from normjax.studies import ln_jacobian, ln_jacobian_checks, runner
 
 
@@ -35,9 +36,9 @@ def test_ln_jacobian_smoke(tmp_path):
             assert len(site["sigma_mean"]) == len(site["jac_mean"]) == 3
             # gamma = 1 at init: the norm is 1/sigma per token, so its mean is >= 1 / mean sigma
             assert np.all(np.array(site["jac_mean"]) >= 1 / np.array(site["sigma_mean"]) - 1e-6)
-    rows = {row["claim"]: row for row in results["verdicts"]}
+    rows = {row["claim"]: row for row in judge("ln_jacobian", results)}
     assert set(rows) == {"X4", "S1", "S2", "X1"} <= set(CLAIMS)
-    assert all(row["verdict"] in VERDICTS for row in results["verdicts"])
+    assert all(row["verdict"] in VERDICTS for row in judge("ln_jacobian", results))
     # Math guarantees at any size: the wirings are their formulas, the closed form is the Jacobian.
     assert rows["X1"]["verdict"] == "holds", rows["X1"]
     assert rows["X4"]["numbers"]["matrix_rel_err"] <= 1e-4

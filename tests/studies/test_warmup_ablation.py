@@ -3,6 +3,7 @@
 import numpy as np
 
 from normjax.report import VERDICTS
+from normjax.report.judge import judge
 from normjax.studies import runner, warmup_ablation
 from normjax.train.config_io import default_config, sweep_axes
 
@@ -38,7 +39,7 @@ def test_warmup_ablation_smoke(tmp_path):
         assert r["outcome"] == "ok" and [s for s, _ in r["train_nll"]] == [10, 20]
         assert np.isfinite(r["final_valid_nll"])
     assert (tmp_path / "wa" / "heatmap.png").exists() and (tmp_path / "wa" / "sweep.json").exists()
-    rows = {r["claim"]: r for r in saved["results"]["verdicts"]}
+    rows = {r["claim"]: r for r in judge("warmup_ablation", saved["results"])}
     assert set(rows) == {"S5", "X7", "X8", "R7"}
     assert all(r["verdict"] in VERDICTS for r in rows.values())
     assert rows["X7"]["verdict"] == "not testable at this scale"  # no IWSLT files on the synthetic task

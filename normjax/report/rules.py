@@ -1,0 +1,79 @@
+"""What every verdict rule shares: one all/some/none combinator, documented thresholds, seed statistics."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95  # every interval in the report is a two-sided 95% Student-t interval over seeds
+MIN_SEEDS = 3  # no empirical verdict rests on fewer seeds
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+    """A number a rule compares a measurement with, and why it has that value (shown in docs/claims.md)."""
+
+    value: float
+    why: str
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
+def combine(checks) -> str:
+    """all True -> 'holds', some -> 'partly holds', none -> 'does not hold' (the one combinator of the rules).
+
+    Raises:
+      ValueError: on no checks (a verdict on nothing is not a verdict).
+    """
+    checks = [bool(c) for c in checks]
+    if not checks:
+        raise ValueError("combine() needs at least one check")
+    return "holds" if all(checks) else "partly holds" if any(checks) else "does not hold"
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """The across-seed mean of a measurement with its 95% interval [lo, hi] (nan when n < 2)."""
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+
+    def above(self, threshold: float) -> bool:
+        """The whole interval lies above `threshold` (so noise cannot make it pass)."""
+        return self.n >= 2 and self.lo > threshold
+
+    def below(self, threshold: float) -> bool:
+        return self.n >= 2 and self.hi < threshold
+
+    def within(self, lo: float, hi: float) -> bool:
+        """The whole interval lies inside [lo, hi]: a tolerance that does not widen with noise."""
+        return self.n >= 2 and lo <= self.lo and self.hi <= hi
+
+    def text(self, fmt: str = ".3g") -> str:
+        if self.n < 2:
+            return f"{self.mean:{fmt}} (1 seed, no interval)"
+        return f"{self.mean:{fmt}} [{self.lo:{fmt}}, {self.hi:{fmt}}] ({self.n} seeds)"
+
+
+def mean_ci(values) -> Estimate:
+    """Across-seed mean and 95% Student-t interval of `values` (one number per seed; nan ignored)."""
+    x = np.asarray([v for v in values if v is not None], float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return Estimate(math.nan, math.nan, math.nan, 0)
+    mean = float(x.mean())
+    if x.size < 2:
+        return Estimate(mean, math.nan, math.nan, int(x.size))
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return Estimate(mean, mean - half, mean + half, int(x.size))
+
+
+def seeds(config) -> list[int]:
+    """The seeds a study runs: seed, seed + 1, ..., seed + num_seeds - 1."""
+    return list(range(int(config.seed), int(config.seed) + int(config.num_seeds)))
