@@ -1,33 +1,54 @@
-"""The report builder: every claim gets a row, verdicts come through as the studies gave them."""
+"""The report builder: rules judge results.json when the report is built; every claim gets a row."""
 
 import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 
 from normjax.io import CorruptFileError, write_json
-from normjax.report import CLAIMS, verdict_row
+from normjax.report import CLAIMS, claims_doc, verdict_row
+from normjax.report import judge as judge_module
 from normjax.report.build import build_report
+from normjax.report.claims import CONSTRUCTION
+from normjax.studies import hidden_norms, runner
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _study(tmp_path, name, rows, figures=()):
+@pytest.fixture
+def fake_rules(monkeypatch):
+    """Studies 'alpha' and 'beta' whose rules return the rows stored in their results (a stand-in measurement)."""
+    module = types.ModuleType("fake_rules")
+    module.verdicts = lambda results: results["rows"]
+    monkeypatch.setitem(sys.modules, "fake_rules", module)
+    for name in ("alpha", "beta"):
+        monkeypatch.setitem(judge_module.RULES, name, "fake_rules")
+    return module
+
+
+def _study(tmp_path, name, rows, figures=(), provenance=None):
     write_json(
         str(tmp_path / name / "results.json"),
         {
             "experiment": name,
             "config": {},
+            "provenance": {"preset": "quick", "differs": []} if provenance is None else provenance,
             "wall_time_s": 1.0,
             "figures": list(figures),
-            "results": {"verdicts": rows, "discussion": f"{name} discussion."},
+            "results": {"rows": rows, "discussion": f"{name} discussion."},
         },
     )
 
 
-def test_report_has_a_row_per_claim_and_keeps_negative_verdicts(tmp_path):
+def _report(tmp_path) -> str:
+    with open(build_report(str(tmp_path))) as f:
+        return f.read()
+
+
+def test_report_has_a_row_per_claim_and_keeps_negative_verdicts(tmp_path, fake_rules):
     _study(
         tmp_path,
         "alpha",
@@ -37,11 +58,13 @@ def test_report_has_a_row_per_claim_and_keeps_negative_verdicts(tmp_path):
                 "slope -1/2 for Pre-LN",
                 "slope -0.12 +- 0.02",
                 "does not hold",
-                "rule: |slope + 0.5| <= 2 stderr + 0.1",
+                "rule: interval inside [-0.6, -0.4]",
                 "fit.png",
+                key="slope -0.12 [-0.16, -0.08] (3 seeds)",
                 slope=-0.12,
             ),
             verdict_row("S4", "grows", "ratio 19", "holds", "rule: r^2 >= 0.9"),
+            verdict_row("X1", "wiring", "exact", CONSTRUCTION, "rebuilt from the streams"),
         ],
         figures=["fit.png", "fit.pdf"],
     )
@@ -50,17 +73,49 @@ def test_report_has_a_row_per_claim_and_keeps_negative_verdicts(tmp_path):
         "beta",
         [verdict_row("X7", "BLEU 8 vs 34", "no IWSLT files", "not testable at this scale", "needs the real data")],
     )
-    with open(build_report(str(tmp_path))) as f:
-        text = f.read()
+    text = _report(tmp_path)
     for claim in CLAIMS:
         assert f"| {claim}: " in text, claim
     x5 = next(line for line in text.splitlines() if line.startswith("| X5: "))
     assert "**does not hold**" in x5 and "slope -0.12 +- 0.02 (alpha)" in x5
     assert "[fit.png](alpha/fit.png)" in x5
-    assert "1 holds, 1 does not hold, 1 not testable at this scale" in text
-    assert f"{len(CLAIMS) - 3} claims not run" in text
+    assert "| X5 | **does not hold** | slope -0.12 [-0.16, -0.08] (3 seeds) | alpha |" in text  # summary table
+    assert "empirical: 1 holds, 1 does not hold, 1 not testable at this scale; 1 verified by construction" in text
+    assert f"{len(CLAIMS) - 4} claims not run" in text
+    assert "Preset :quick." in text
     assert "![alpha: fit.png](alpha/fit.png)" in text and "fit.pdf)" not in text
     assert "beta discussion." in text
+
+
+def test_rules_run_when_the_report_is_built_not_when_measured(tmp_path, fake_rules):
+    """Rewording a rule changes the verdict of an old results folder without recomputing anything."""
+    _study(tmp_path, "alpha", [verdict_row("S4", "grows", "ratio 19", "holds", "old rule")])
+    assert "| S4 | holds |" in _report(tmp_path)
+    fake_rules.verdicts = lambda results: [
+        r | {"verdict": "partly holds", "reason": "new rule"} for r in results["rows"]
+    ]
+    text = _report(tmp_path)
+    assert "| S4 | partly holds |" in text and "new rule" in text
+
+
+def test_a_run_that_is_not_its_preset_is_marked_with_the_differing_keys(tmp_path, fake_rules):
+    differs = {"preset": "quick", "differs": ["train.num_steps", "seed"]}
+    _study(tmp_path, "alpha", [verdict_row("S4", "grows", "ratio 19", "holds", "r")], provenance=differs)
+    _study(tmp_path, "beta", [verdict_row("S6", "same", "1.0", "holds", "r")], provenance={})
+    text = _report(tmp_path)
+    assert "| S4 | holds (*differs from :quick in train.num_steps, seed*) |" in text
+    assert "| S6 | holds (*run without a recorded preset*) |" in text
+
+
+def test_results_the_current_rules_cannot_read_are_an_error_naming_the_file(tmp_path):
+    """Results measured by older code (a key the rules need is missing) are refused, never judged wrongly."""
+    write_json(
+        str(tmp_path / "hidden_norms" / "results.json"),
+        {"experiment": "hidden_norms", "config": {}, "results": {"runs": {}}},
+    )
+    with pytest.raises(CorruptFileError, match=r"hidden_norms/results.json: the hidden_norms rules cannot read"):
+        build_report(str(tmp_path))
+    assert not (tmp_path / "REPORT.md").exists()
 
 
 def test_verdict_rows_are_validated():
@@ -78,16 +133,16 @@ def test_verdict_rows_are_validated():
         (verdict_row("S6", "p", "m", "holds", "r") | {"claim": "Z9"}, "verdict row 0 is invalid"),
     ],
 )
-def test_an_invalid_verdict_row_names_its_file_instead_of_dropping_out(tmp_path, row, match):
+def test_an_invalid_verdict_row_names_its_file_instead_of_dropping_out(tmp_path, fake_rules, row, match):
     """A row the report cannot place used to vanish from REPORT.md; now it is an error naming the file."""
-    _study(tmp_path, "cost", [row])
-    with pytest.raises(CorruptFileError, match=rf"cost/results.json: {match}"):
+    _study(tmp_path, "alpha", [row])
+    with pytest.raises(CorruptFileError, match=rf"alpha/results.json: alpha {match}"):
         build_report(str(tmp_path))
     assert not (tmp_path / "REPORT.md").exists()
 
 
 def test_report_cli_names_a_truncated_results_file_in_one_line(tmp_path):
-    _study(tmp_path, "cost", [verdict_row("S6", "p", "m", "holds", "r")])
+    _study(tmp_path, "cost", [])
     path = tmp_path / "cost" / "results.json"
     path.write_text(path.read_text()[:40])
     proc = subprocess.run(
@@ -98,3 +153,18 @@ def test_report_cli_names_a_truncated_results_file_in_one_line(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: {path} is corrupt") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_cache_fingerprint_covers_library_code_but_not_rules_or_sibling_studies():
+    files = {os.path.relpath(f, ROOT / "normjax") for f in runner.code_files(hidden_norms.compute)}
+    assert {"model.py", "init.py", "jacobian/traced.py", "studies/hidden_norms.py"} <= files
+    assert not {f for f in files if f.endswith("_verdicts.py") or f.startswith("report/")}
+    assert not {
+        f for f in files if f.startswith("studies/") and f not in ("studies/hidden_norms.py", "studies/__init__.py")
+    }
+
+
+def test_docs_claims_md_is_generated_from_the_registry_and_rule_thresholds():
+    with open(claims_doc.DOC) as f:
+        assert f.read() == claims_doc.render(), "docs/claims.md is stale: run python -m normjax.report.claims_doc"
+    assert all(f"### {claim}: " in claims_doc.render() for claim in CLAIMS)

@@ -1,4 +1,4 @@
-"""The report: every claim of CLAIMS.md with its prediction, measurement and verdict."""
+"""The report: every claim of the registry (docs/claims.md) with its prediction, measurement and verdict."""
 
 from normjax.report.claims import CLAIMS, VERDICTS, Verdict, verdict_row
 

@@ -42,21 +42,31 @@ def _measured_by(module) -> bool:
 
 
 def _code_modules(module, seen: set) -> None:
-    """`module` and every normjax module it uses, directly or through another one (rules excluded)."""
+    """`module` and every normjax module it uses, directly or through another one (rules excluded). A study
+    module reached only as an attribute of a package (every imported sibling is one) is not used."""
     seen.add(module)
+    in_a_study = module.__name__.startswith("normjax.studies.")
     for value in vars(module).values():
         used = value if inspect.ismodule(value) else inspect.getmodule(value)
-        if used is not None and used not in seen and _measured_by(used):
-            _code_modules(used, seen)
+        if used is None or used in seen or not _measured_by(used):
+            continue
+        if used.__name__.startswith("normjax.studies.") and not in_a_study:
+            continue
+        _code_modules(used, seen)
+
+
+def code_files(fn: Callable) -> list[str]:
+    """The source files of the module defining `fn` and of every normjax module it reaches (model, jacobian,
+    train, ...), but not of the verdict rules, which run when the report is built."""
+    modules: set = set()
+    _code_modules(inspect.getmodule(fn), modules)
+    return sorted({inspect.getsourcefile(m) for m in modules})
 
 
 def code_fingerprint(fn: Callable) -> str:
-    """sha256 of the code a study's compute runs: the module defining `fn` and every normjax module it reaches
-    (model, jacobian, train, ...), but not the verdict rules, which run when the report is built."""
-    modules: set = set()
-    _code_modules(inspect.getmodule(fn), modules)
+    """sha256 of code_files(fn): a study is recomputed when the code it runs changes, not when a rule does."""
     digest = hashlib.sha256()
-    for path in sorted({inspect.getsourcefile(m) for m in modules}):
+    for path in code_files(fn):
         with open(path, "rb") as f:
             digest.update(os.path.relpath(path, _PACKAGE_ROOT).encode() + f.read())
     return digest.hexdigest()[:16]
