@@ -11,13 +11,14 @@ from normjax.io import WorkdirError
 from normjax.report.build import build_report
 
 _WORKDIR = flags.DEFINE_string("workdir", "results", "Folder holding <experiment>/results.json.")
+_WALL_TIME = flags.DEFINE_float("wall_time_s", None, "Wall time of the whole run, for the header (reproduce.sh).")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
-        path = build_report(_WORKDIR.value)
+        path = build_report(_WORKDIR.value, wall_time_s=_WALL_TIME.value)
     except WorkdirError as e:  # a damaged results.json: one line naming it, exit 2, no report written
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduce the study at the quick preset (CPU, minutes) and build the report: scripts/reproduce.sh [WORKDIR]
 # Rerunning after an interruption resumes: finished experiments are skipped, unfinished ones reuse
-# their cached pieces. Set PRESET=paper for the papers' scale (accelerators).
+# their cached pieces. PRESET=standard is the committed report (about an hour here); PRESET=paper the papers'
+# scale (accelerators).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
@@ -25,5 +26,5 @@ for i in "${!experiments[@]}"; do
     python -m "experiments.$name" --config="normjax/experiments/configs/$name.py:$preset" --workdir="$workdir"
   fi
 done
-python scripts/report.py --workdir="$workdir"
+python scripts/report.py --workdir="$workdir" --wall_time_s=$(( $(date +%s) - start ))
 echo "Done in $(( $(date +%s) - start )) s. Report: $workdir/REPORT.md (figures beside it)."

@@ -136,17 +136,21 @@ def study_section(name: str, saved: dict) -> list[str]:
     return lines
 
 
-def build_report(workdir: str) -> str:
-    """Writes WORKDIR/REPORT.md and returns its path."""
+def build_report(workdir: str, wall_time_s: float | None = None) -> str:
+    """Writes WORKDIR/REPORT.md and returns its path; `wall_time_s` (the whole run's, e.g. reproduce.sh's)
+    goes into the header, else the sum of the studies' own wall times."""
     studies = load_results(workdir)
     rows = collect_rows(studies)
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")
-    wall = sum(s.get("wall_time_s") or 0 for s in studies.values())
+    if wall_time_s is None:
+        wall = f"{sum(s.get('wall_time_s') or 0 for s in studies.values()) / 60:.0f} min of study wall time"
+    else:
+        wall = f"the run that built it took {wall_time_s / 60:.1f} min; studies an earlier run finished not counted"
     lines = [
         "# normjax report: where should the norm sit?",
         "",
         f"Preset {_presets(studies)}. Built {now} from {len(studies)} experiments in `{workdir}` "
-        f"({', '.join(studies) or 'none'}; {wall / 60:.0f} min of study wall time). Verdicts, {_counts(rows)}.",
+        f"({', '.join(studies) or 'none'}; {wall}). Verdicts, {_counts(rows)}.",
         "",
         "Every verdict is given when this report is built, by the rule in its row applied to the measured numbers "
         "(rules: `normjax/studies/*_verdicts.py`; claims and thresholds: `docs/claims.md`). "
