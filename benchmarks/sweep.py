@@ -11,6 +11,8 @@ Modes (each trains every run of the grid on the same batches, one table row per 
            metrics.jsonl, summary.json and sweep.json with fsync).
   vmapped  the same with `vmap=True`: runs in lockstep as one vmapped step (`--modes=engine,vmapped` is the
            earlier sequential-vs-vmapped comparison).
+  workers=K  the engine with `workers=K`: K spawned processes, one XLA CPU thread each, train every K-th run
+           side by side (each compiles its own step; the process start is included in the time).
 
 The grid keeps the library defaults (Adam 0.9 / 0.98 / 1e-9, label smoothing 0.1, no dropout, no clipping, no
 weight decay) and uses the "cosine" schedule (linear warmup, cosine decay to 0 at the last step), which optax's
@@ -44,7 +46,7 @@ _STEPS = flags.DEFINE_integer("steps", 100, "Train steps per run.")
 _D = flags.DEFINE_integer("d_model", 64, "Model width (heads 4, FFN 2d).")
 _LAYERS = flags.DEFINE_integer("layers", 2, "Encoder and decoder layers.")
 _LOG_EVERY = flags.DEFINE_integer("log_every", 1, "The engine's train.log_every (1: compare every step's loss).")
-_MODES = flags.DEFINE_list("modes", ["plain", "engine"], "Any of plain, engine, vmapped, in this order.")
+_MODES = flags.DEFINE_list("modes", ["plain", "engine", "workers=2"], "Any of plain, engine, vmapped, workers=K.")
 _JSON = flags.DEFINE_string("json_out", None, "Write the table rows as JSON here too.")
 
 
@@ -85,14 +87,14 @@ def run_plain(runs) -> tuple[dict, dict]:
     return row, {name: p.losses for name, p in results.items()}
 
 
-def run_engine(runs, vmap: bool) -> tuple[dict, dict]:
+def run_engine(runs, vmap: bool, workers: int = 1) -> tuple[dict, dict]:
     """(row, {run name: [(step, train/loss) of every metrics.jsonl record]}) of train.run_sweep."""
     fns = train.compiled()
     jitted = fns.vtrain if vmap else fns.train
     before = jitted._cache_size()
     with tempfile.TemporaryDirectory() as workdir:
         start = time.perf_counter()
-        result = train.run_sweep(runs, workdir, vmap=vmap, progress=False)
+        result = train.run_sweep(runs, workdir, vmap=vmap, progress=False, workers=workers)
         wall = time.perf_counter() - start
         curves = {
             r.name: [
@@ -107,9 +109,9 @@ def run_engine(runs, vmap: bool) -> tuple[dict, dict]:
         logging.warning("diverged runs (frozen from then on, unlike the plain loop): %s", ", ".join(diverged))
     seconds = [r["summary"]["wall_time_s"] for r in result["runs"]]
     row = {
-        "mode": "vmapped" if vmap else "engine",
+        "mode": "vmapped" if vmap else "engine" if workers == 1 else f"workers={workers}",
         "wall_s": wall,
-        "compiles": jitted._cache_size() - before,
+        "compiles": jitted._cache_size() - before if workers == 1 else None,  # compiled in the workers
         "first_run_s": seconds[0],
         "other_runs_s": float(np.mean(seconds[1:] or seconds)),
     }
@@ -135,7 +137,11 @@ def warm_up(run: SweepRun) -> None:
 
 
 def measure(runs, mode: str) -> tuple[dict, dict]:
-    return run_plain(runs) if mode == "plain" else run_engine(runs, vmap=mode == "vmapped")
+    if mode == "plain":
+        return run_plain(runs)
+    if mode.startswith("workers="):
+        return run_engine(runs, vmap=False, workers=int(mode.split("=")[1]))
+    return run_engine(runs, vmap=mode == "vmapped")
 
 
 _COLUMNS = ("mode", "wall_s", "steps_per_s", "compiles", "speedup", "max_rel_loss_diff")

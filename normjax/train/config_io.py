@@ -54,6 +54,7 @@ def default_config() -> ml_collections.ConfigDict:
     config.sweep = ml_collections.ConfigDict()
     config.sweep.axes = ml_collections.ConfigDict({}, allow_dotted_keys=True)
     config.sweep.vmap = False
+    config.sweep.workers = 1  # processes training runs side by side (0: one per CPU core; train.workers)
     return config
 
 

@@ -12,6 +12,7 @@ from normjax.train.config_io import ConfigError, RunConfig, as_dict, parse, path
 from normjax.train.config_schema import shape_key
 from normjax.train.job import read_summary
 from normjax.train.loop import run_group, run_job
+from normjax.train.workers import choose_workers, run_in_workers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +90,7 @@ def run_sweep(
     vmap: bool = False,
     progress: bool = True,
     mesh=None,
+    workers: int = 1,
 ) -> dict:
     """Runs runs[i::n] (finished runs are skipped, unfinished ones resume), keeping DIR/sweep.json
     up to date. Runs that share shapes share one compiled step; with `vmap` they also train in
@@ -97,31 +99,62 @@ def run_sweep(
 
     Args:
       force: retrain this shard's runs from step 0 (see run_job).
+      workers: train the shard's runs in this many processes side by side, one XLA thread each (0: one per
+        CPU core on CPU, 1 on accelerators; `workers.choose_workers`). Each run's numbers do not depend on it.
 
     Returns:
       The final sweep.json content (all runs of the grid, including other shards' finished ones).
 
     Raises:
       ConfigError: when a run folder holds a run of another config (naming the keys) and not `force`.
-      WorkdirError: when another process trains one of this shard's runs, or a run's file is damaged.
+      WorkdirError: when another process trains one of this shard's runs, a run's file is damaged, or a
+        worker process dies.
     """
     i, n = shard
-    groups: dict[str, list[SweepRun]] = {}
-    for r in runs[i::n]:
-        groups.setdefault(shape_key(r.run) if vmap else r.name, []).append(r)
+    mine = runs[i::n]
     os.makedirs(workdir, exist_ok=True)
     io.remove_stale_tmp(workdir)
-    bar = tqdm(groups.values(), desc=f"sweep {i}/{n}", position=0, disable=not progress, dynamic_ncols=True)
+    count = 1 if mesh is not None else choose_workers(workers, len(mine))
+    common = dict(runs=runs, workdir=workdir, force=force, vmap=vmap, progress=progress)
+    if count == 1:
+        train_runs(selected=mine, mesh=mesh, label=f"sweep {i}/{n}", **common)
+    else:
+        calls = [
+            common | dict(selected=mine[j::count], label=f"sweep {i}/{n} worker {j}/{count}", position=2 * j)
+            for j in range(count)
+        ]
+        run_in_workers(train_runs, calls, count)
+    return write_status(runs, workdir)
+
+
+def train_runs(
+    runs: list[SweepRun],
+    selected: list[SweepRun],
+    workdir: str,
+    *,
+    force: bool,
+    vmap: bool,
+    progress: bool,
+    mesh=None,
+    label: str = "sweep",
+    position: int = 0,
+) -> None:
+    """Trains `selected` (of the sweep `runs`) one group after another, updating DIR/sweep.json after each."""
+    groups: dict[str, list[SweepRun]] = {}
+    for r in selected:
+        groups.setdefault(shape_key(r.run) if vmap else r.name, []).append(r)
+    bar = tqdm(groups.values(), desc=label, position=position, disable=not progress, dynamic_ncols=True)
     for group in bar:
         names = ", ".join(r.name for r in group)
         bar.set_postfix_str(names)
         items = [(r.run, os.path.join(workdir, r.name)) for r in group]
         if len(group) == 1:
-            run_job(*items[0], force=force, mesh=mesh, progress=progress, desc=names, position=1)
+            run_job(*items[0], force=force, mesh=mesh, progress=progress, desc=names, position=position + 1)
         else:
-            run_group(items, force=force, mesh=mesh, progress=progress, desc=f"{len(group)} runs", position=1)
+            run_group(
+                items, force=force, mesh=mesh, progress=progress, desc=f"{len(group)} runs", position=position + 1
+            )
         write_status(runs, workdir)
-    return write_status(runs, workdir)
 
 
 def write_status(runs: list[SweepRun], workdir: str) -> dict:

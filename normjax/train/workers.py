@@ -1,0 +1,55 @@
+"""Independent pieces of work in parallel worker processes, each with one XLA CPU thread (sweeps on many cores)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+
+import jax
+
+from normjax.io import WorkdirError
+
+ONE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+def choose_workers(requested: int, num_items: int) -> int:
+    """How many worker processes: `requested` when > 0; 0 (auto) means one per CPU core on the CPU backend
+    (measured faster than one process using every core: benchmarks/README.md, sweep) and 1 on accelerators,
+    whose one device the processes would share. Never more than `num_items`.
+
+    Raises:
+      ValueError: a negative `requested`.
+    """
+    if requested < 0:
+        raise ValueError(f"workers must be >= 0 (0: automatic), got {requested}")
+    if requested == 0:
+        requested = (os.cpu_count() or 1) if jax.default_backend() == "cpu" else 1
+    return max(1, min(requested, num_items))
+
+
+def _one_thread() -> None:
+    """Runs in each worker before any jax computation: XLA reads XLA_FLAGS when its backend starts."""
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {ONE_THREAD_FLAGS}".strip()
+
+
+def run_in_workers(fn: Callable, calls: list[dict], workers: int) -> list:
+    """[fn(**kwargs) for kwargs in calls], in `workers` fresh (spawned) processes.
+
+    An exception raised by `fn` in a worker is raised here with its type and message.
+
+    Raises:
+      WorkdirError: when a worker process dies (killed, out of memory) instead of returning.
+    """
+    context = multiprocessing.get_context("spawn")  # fork would copy this process's running XLA threads
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread) as pool:
+        futures = [pool.submit(fn, **kwargs) for kwargs in calls]
+        try:
+            return [f.result() for f in futures]
+        except BrokenProcessPool:
+            raise WorkdirError(
+                "a worker process died (killed or out of memory) before finishing its runs; rerun to resume: "
+                "finished runs are kept"
+            ) from None
