@@ -41,6 +41,7 @@ SCHEMAS: dict[str, dict] = {
         depths=DEPTHS,
         batch_size=POS,
         seq_len=POS,
+        seed=SEED,
         num_seeds=POS,
         kinds=choices("random", "grad_sign"),
         eps=dict(random=POS_FLOAT, grad_sign=POS_FLOAT),
@@ -93,6 +94,7 @@ SCHEMAS: dict[str, dict] = {
         batch_size=POS,
         seq_len=POS,
         num_batches=POS,
+        seed=SEED,
         num_seeds=POS,
     ),
     "diagnose": dict(
@@ -122,6 +124,7 @@ SCHEMAS: dict[str, dict] = {
         num_layers=POS,
         batch_size=POS,
         seq_len=POS,
+        seed=SEED,
         num_seeds=POS,
     ),
     "jacobian_spectrum": _MODEL
