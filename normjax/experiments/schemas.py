@@ -231,6 +231,11 @@ def _cross_checks(name: str, values: dict) -> None:
                     f"config.{key}={values[key]} is longer than the run (config.num_steps={values['num_steps']})"
                 )
     _model(values, num_layers=1, placement="pre", max_len=max(values.get("seq_len", 8), 8))
+    if name in ("amplification", "depth_scaling") and len(set(values["depths"])) < 2:
+        raise ConfigError(
+            f"config.depths={tuple(values['depths'])!r} needs at least 2 distinct depths: {name} fits a growth "
+            "exponent over depth"
+        )
     if name == "cost" and values["reference"] not in values["placements"]:
         raise ConfigError(f"config.reference={values['reference']!r} must be one of config.placements")
     if "theory" in values.get("settings", ()):

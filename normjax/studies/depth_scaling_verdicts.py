@@ -12,7 +12,7 @@ THRESHOLDS = {
         0.1,
         "a log-log slope of the gradient vs depth L 'matches' a predicted slope when the across-seed mean's 95% "
         "interval lies within predicted +- 0.1: over the 8x depth range (L = 6..48) a slope off by 0.1 changes the "
-        "predicted ratio by 8^0.1 = 1.23; the per-seed slopes' spread was about 0.01-0.04 (s.d.) at the quick preset",
+        "predicted ratio by 8^0.1 = 1.23; the per-seed slopes' spread was 0.01-0.05 (s.d.) at the quick preset",
     ),
     "EXPLODES_ABOVE": Threshold(
         0.1,

@@ -8,6 +8,7 @@ import pytest
 from normjax.report import Verdict
 from normjax.report.judge import judge
 from normjax.studies import amplification, runner
+from normjax.train.config_io import ConfigError
 
 
 def tiny_config(**changes):
@@ -60,10 +61,10 @@ def test_results_schema_and_verdicts(saved):
 
 
 def test_seed_offset_runs_other_seeds():
-    config = tiny_config(placements=("post",), depths=(1,), seed=5, kinds=("random",))
+    config = tiny_config(placements=("post",), seed=5, kinds=("random",))
     results = amplification.compute(config, _NoCache())
     assert results["seeds"] == [5, 6, 7]
-    first = amplification.compute(tiny_config(placements=("post",), depths=(1,), kinds=("random",)), _NoCache())
+    first = amplification.compute(tiny_config(placements=("post",), kinds=("random",)), _NoCache())
     assert not np.allclose(
         results["runs"]["post"]["branch"]["random"]["var"], first["runs"]["post"]["branch"]["random"]["var"]
     )
@@ -157,3 +158,20 @@ def test_branch_scope_moves_only_sublayer_weights():
     for (path, _), m in zip(params, mask, strict=True):
         name = jax.tree_util.keystr(path)
         assert float(m) == (1.0 if "'branch'" in name else 0.0), name
+
+
+def test_every_preset_validates_with_three_seeds_and_another_seed():
+    from normjax.experiments import schemas
+    from normjax.experiments.configs import amplification as presets
+    from normjax.report.rules import MIN_SEEDS, seeds
+
+    for name in ("quick", "standard", "paper"):
+        config = presets.get_config(name)
+        assert config.num_seeds >= MIN_SEEDS, name
+        config.seed = 1  # --config.seed=1: seeds 1 .. num_seeds
+        schemas.validate("amplification", config)
+        assert seeds(config) == list(range(1, 1 + config.num_seeds))
+    one_depth = presets.get_config("quick")
+    one_depth.depths = (4, 4)
+    with pytest.raises(ConfigError, match="2 distinct depths"):
+        schemas.validate("amplification", one_depth)

@@ -101,3 +101,16 @@ def test_s2_rule_clean_pass_failure_and_noise():
 def test_rules_need_three_seeds():
     rows = _rows({("real", "post", "last"): [-1.0, -1.0], ("real", "post", "first"): [0.5, 0.5]}, num_seeds=2)
     assert {row["verdict"] for row in rows.values()} == {"not testable at this scale"}
+
+
+def test_every_preset_validates_with_three_seeds_and_another_seed():
+    from normjax.experiments import schemas
+    from normjax.experiments.configs import depth_scaling as presets
+    from normjax.report.rules import MIN_SEEDS, seeds
+
+    for name in ("quick", "standard", "paper"):
+        config = presets.get_config(name)
+        assert config.num_seeds >= MIN_SEEDS, name
+        config.seed = 1  # --config.seed=1: seeds 1 .. num_seeds
+        schemas.validate("depth_scaling", config)
+        assert seeds(config) == list(range(1, 1 + config.num_seeds))

@@ -97,3 +97,16 @@ def test_s4_r4_rules_clean_pass_failure_and_noise():
 def test_rules_need_three_seeds():
     rows = _rows(_synthetic([[1.5] * 8] * 2, PRE[:2], sandwich_stream=PRE[:2]))
     assert {rows[c]["verdict"] for c in ("X3", "S4", "R4")} == {"not testable at this scale"}
+
+
+def test_every_preset_validates_with_three_seeds_and_another_seed():
+    from normjax.experiments import schemas
+    from normjax.experiments.configs import hidden_norms as presets
+    from normjax.report.rules import MIN_SEEDS, seeds
+
+    for name in ("quick", "standard", "paper"):
+        config = presets.get_config(name)
+        assert config.num_seeds >= MIN_SEEDS, name
+        config.seed = 1  # --config.seed=1: seeds 1 .. num_seeds
+        schemas.validate("hidden_norms", config)
+        assert seeds(config) == list(range(1, 1 + config.num_seeds))
