@@ -18,7 +18,6 @@ from normjax.report.rules import seeds
 STACK = "encoder"
 PROFILED = "admin_profiled"  # Admin with omega from normjax.profile_admin instead of the closed form
 JUDGED_KIND = "grad_sign"  # L1 is judged on Adam's first step (sign of the gradient); "random" is reported only
-PREDICTED = {"post": "linear", "pre": "log", "admin": "log", PROFILED: "log"}  # Liu et al.'s Theorem 2
 
 
 def model_config(config, placement: str, num_layers: int) -> normjax.ModelConfig:
