@@ -41,6 +41,7 @@ SCHEMAS: dict[str, dict] = {
         depths=DEPTHS,
         batch_size=POS,
         seq_len=POS,
+        seed=SEED,
         num_seeds=POS,
         kinds=choices("random", "grad_sign"),
         eps=dict(random=POS_FLOAT, grad_sign=POS_FLOAT),
@@ -93,6 +94,7 @@ SCHEMAS: dict[str, dict] = {
         batch_size=POS,
         seq_len=POS,
         num_batches=POS,
+        seed=SEED,
         num_seeds=POS,
     ),
     "diagnose": dict(
@@ -122,6 +124,7 @@ SCHEMAS: dict[str, dict] = {
         num_layers=POS,
         batch_size=POS,
         seq_len=POS,
+        seed=SEED,
         num_seeds=POS,
     ),
     "jacobian_spectrum": _MODEL
@@ -228,6 +231,11 @@ def _cross_checks(name: str, values: dict) -> None:
                     f"config.{key}={values[key]} is longer than the run (config.num_steps={values['num_steps']})"
                 )
     _model(values, num_layers=1, placement="pre", max_len=max(values.get("seq_len", 8), 8))
+    if name in ("amplification", "depth_scaling") and len(set(values["depths"])) < 2:
+        raise ConfigError(
+            f"config.depths={tuple(values['depths'])!r} needs at least 2 distinct depths: {name} fits a growth "
+            "exponent over depth"
+        )
     if name == "cost" and values["reference"] not in values["placements"]:
         raise ConfigError(f"config.reference={values['reference']!r} must be one of config.placements")
     if "theory" in values.get("settings", ()):

@@ -13,9 +13,11 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting
 from normjax.jacobian import fits, param_probes
+from normjax.report.rules import seeds
 
 STACK = "encoder"
 PROFILED = "admin_profiled"  # Admin with omega from normjax.profile_admin instead of the closed form
+JUDGED_KIND = "grad_sign"  # L1 is judged on Adam's first step (sign of the gradient); "random" is reported only
 
 
 def model_config(config, placement: str, num_layers: int) -> normjax.ModelConfig:
@@ -98,33 +100,32 @@ def measure(config, placement: str, num_layers: int, seed: int) -> dict:
     return out
 
 
-def _fits(N, var) -> dict:
-    lin, log = fits.linear_fit(N, var), fits.log_fit(N, var)
-    power = fits.power_law_fit(N, var)
-    better = "linear" if lin.r2 > log.r2 else "log"
-    return {"linear": lin.to_dict(), "log": log.to_dict(), "power": power.to_dict(), "better": better}
+def seed_exponents(N, var_SN) -> list[float]:
+    """Per seed, the exponent p of the power law Var = c N^p fitted over N (log-log least squares)."""
+    return [fits.power_law_fit(N, var_N).exponent for var_N in np.asarray(var_SN, np.float64)]
 
 
 def _aggregate(config, runs_by_N: dict) -> dict:
-    """Var[dF] = rms^2 (Liu et al.'s Theorem 2 quantity) per N: mean and std over seeds, and the fits."""
-    N = np.array(sorted(runs_by_N), np.float64)
+    """Var[dF] = rms^2 (Liu et al.'s Theorem 2 quantity) per seed and N, and each seed's growth exponent."""
+    Ns = sorted(runs_by_N)
+    N = np.array(Ns, np.float64)
     out = {"N": N}
     for scope in config.scopes:
         for kind in config.kinds:
-            var_SN = np.array([[r[scope][kind]["rms"] ** 2 for r in runs_by_N[n]] for n in sorted(runs_by_N)]).T
-            rel_SN = np.array([[r[scope][kind]["relative"] for r in runs_by_N[n]] for n in sorted(runs_by_N)]).T
+            var_SN = np.array([[r[scope][kind]["rms"] ** 2 for r in runs_by_N[n]] for n in Ns]).T
+            rel_SN = np.array([[r[scope][kind]["relative"] for r in runs_by_N[n]] for n in Ns]).T
             out.setdefault(scope, {})[kind] = {
+                "var": var_SN,  # (seeds, N)
                 "var_mean": var_SN.mean(0),
                 "var_std": var_SN.std(0),
                 "relative_mean": rel_SN.mean(0),
-                "fit": _fits(N, var_SN.mean(0)),
+                "exponent": seed_exponents(N, var_SN),  # one per seed
             }
-    first = runs_by_N[sorted(runs_by_N)[0]][0]
-    if "omega_profiled" in first:
-        last = np.array([[r["omega_profiled"][-1] for r in runs_by_N[n]] for n in sorted(runs_by_N)])
-        out["omega_last"] = {"mean": last.mean(1), "std": last.std(1)}
+    if "omega_profiled" in runs_by_N[Ns[0]][0]:
+        last_SN = np.array([[r["omega_profiled"][-1] for r in runs_by_N[n]] for n in Ns]).T
+        out["omega_last"] = {"values": last_SN, "mean": last_SN.mean(0), "std": last_SN.std(0)}
         out["omega_closed_form"] = np.array([normjax.admin_omega(int(n)) for n in N])
-        out["omega_profiled_deepest"] = runs_by_N[sorted(runs_by_N)[-1]][0]["omega_profiled"]
+        out["omega_profiled_deepest"] = runs_by_N[Ns[-1]][0]["omega_profiled"]
     return out
 
 
@@ -134,12 +135,13 @@ def compute(config, study) -> dict:
     for placement, L in tqdm(jobs, desc="amplification", unit="model"):
         raw.setdefault(placement, {})[2 * L] = [
             study.cached(f"{placement}-L{L}-{seed}", lambda s=seed, p=placement, L=L: measure(config, p, L, s))
-            for seed in range(config.num_seeds)
+            for seed in seeds(config)
         ]
     results = {
         "kinds": list(config.kinds),
         "scopes": list(config.scopes),
         "eps": dict(config.eps),
+        "seeds": seeds(config),
         "num_seeds": config.num_seeds,
         "runs": {p: _aggregate(config, by_N) for p, by_N in raw.items()},
     }
@@ -149,7 +151,7 @@ def compute(config, study) -> dict:
 def _theory(ax, results: dict, scope: str, kind: str) -> None:
     """Liu et al.'s laws, anchored at the smallest N: Var ~ N (Post-LN) and Var ~ ln N (Pre-LN, Admin)."""
     for placement, law, label, style in (
-        ("post", lambda N: N, r"$\propto N$ (Post-LN theory)", "--"),
+        ("post", lambda N: N, r"$\propto N$, p = 1 (Post-LN theory)", "--"),
         ("pre", np.log, r"$\propto \ln N$ (Pre-LN, Admin theory)", ":"),
     ):
         if placement in results["runs"]:
@@ -157,6 +159,12 @@ def _theory(ax, results: dict, scope: str, kind: str) -> None:
             N = np.array(agg["N"], np.float64)
             y = agg[scope][kind]["var_mean"][0] * law(N) / law(N[0])
             ax.plot(N, y, **(plotting.THEORY_STYLE | {"linestyle": style}), label=label)
+
+
+def _mean_sem(values) -> str:
+    """'mean +- s.e.' of per-seed values (the figure's; the verdict uses the 95% interval)."""
+    x = np.asarray(values, np.float64)
+    return f"{x.mean():.2f} +- {x.std(ddof=1) / np.sqrt(x.size):.2f}" if x.size > 1 else f"{x.mean():.2f}"
 
 
 def plot(results: dict, study) -> list[str]:
@@ -175,11 +183,12 @@ def plot(results: dict, study) -> list[str]:
                 ms=4,
                 capsize=2,
                 color=plotting.color("admin" if placement == PROFILED else placement),
-                label=f"{placement} ({a['fit']['better']} fits better)",
+                label=f"{placement}: Var ~ N^p, p = {_mean_sem(a['exponent'])}",
             )
         _theory(ax, results, scope, kind)
         ax.set(
-            title=f"{kind} update (eps {results['eps'][kind]:g}) of {scope} weights",
+            title=f"{kind} update (eps {results['eps'][kind]:g}) of {scope} weights"
+            + (" (L1 rule)" if (kind, scope) == (JUDGED_KIND, scopes[0]) else " (reported only)"),
             xlabel="residual sublayers N",
             ylabel=r"Var$[F(x, W + \delta W) - F(x, W)]$",
             xscale="log",
@@ -219,7 +228,12 @@ def _plot_omega(results: dict, study) -> list[str]:
     axes[0].minorticks_off()
     deepest = np.array(agg["omega_profiled_deepest"])
     axes[1].plot(
-        np.arange(1, deepest.size + 1), deepest, "o-", ms=3, color=plotting.color("admin"), label="profiled (seed 0)"
+        np.arange(1, deepest.size + 1),
+        deepest,
+        "o-",
+        ms=3,
+        color=plotting.color("admin"),
+        label=f"profiled (seed {results['seeds'][0]})",
     )
     omega = normjax.admin_omega(int(N.max()))
     label = rf"closed form $\sqrt{{(N+1)/\ln(N+1) - 1}}$ = {omega:.2f}"

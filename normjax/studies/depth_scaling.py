@@ -10,7 +10,7 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting
 from normjax.jacobian import fits
-from normjax.studies.depth_scaling_verdicts import S2_SLOPE, THEOREM1_SLOPE
+from normjax.report.rules import seeds
 from normjax.studies.grad_norms_at_init import placements_in_order
 from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
 from normjax.studies.ln_jacobian import plain_log_ticks
@@ -18,6 +18,8 @@ from normjax.studies.ln_jacobian import plain_log_ticks
 WHERE = {"last": -1, "first": 0}  # which layer's FFN weights
 METRICS = ("mean_of_norms", "norm_of_mean")
 S2_STYLE = dict(color="grey", linestyle=":", linewidth=1.2)
+THEOREM1_SLOPE = {"post": 0.0, "pre": -0.5}  # d ln||grad W_L|| / d ln L of Theorem 1's bounds
+S2_SLOPE = -1.0  # the seed claim: "scales inversely with depth near the output layer"
 
 
 def model_config(config, setting: str, placement: str, num_layers: int) -> normjax.ModelConfig:
@@ -50,21 +52,24 @@ def measure(config, setting: str, placement: str, num_layers: int, seed: int) ->
 
 
 def _aggregate(depths, runs_DS: list[list[dict]]) -> dict:
-    """values (D, S) per where/kernel/metric and a power-law fit over every (L, seed) point."""
+    """values (D, S) per where/kernel/metric and, per seed, a power-law fit over the depths."""
     out = {"depths": list(depths)}
     for where in WHERE:
         for name in FFN_KERNELS:
             for metric in METRICS:
                 values_DS = np.array([[r[where][name][metric] for r in runs] for runs in runs_DS])
-                depths_DS = np.broadcast_to(np.array(depths)[:, None], values_DS.shape)
-                fit = fits.power_law_fit(depths_DS, values_DS)
-                out.setdefault(where, {}).setdefault(name, {})[metric] = {"values": values_DS, "fit": fit.to_dict()}
+                per_seed = [fits.power_law_fit(depths, v_D) for v_D in values_DS.T]
+                out.setdefault(where, {}).setdefault(name, {})[metric] = {
+                    "values": values_DS,
+                    "exponent": [f.exponent for f in per_seed],  # one per seed
+                    "prefactor": [f.prefactor for f in per_seed],
+                }
     return out
 
 
 def compute(config, study) -> dict:
     jobs = [(s, p, L) for s in config.settings for p in config.placements for L in config.depths]
-    results = {"runs": {}, "num_batches": config.num_batches, "num_seeds": config.num_seeds}
+    results = {"runs": {}, "num_batches": config.num_batches, "seeds": seeds(config), "num_seeds": config.num_seeds}
     done = {}
     for setting, placement, L in tqdm(jobs, desc="depth_scaling", unit="model"):
         done.setdefault((setting, placement), []).append(
@@ -73,7 +78,7 @@ def compute(config, study) -> dict:
                     f"{setting}-{placement}-L{L}-{seed}",
                     lambda s=seed, st=setting, p=placement, n=L: measure(config, st, p, n, s),
                 )
-                for seed in range(config.num_seeds)
+                for seed in seeds(config)
             ]
         )
     for (setting, placement), runs_DS in done.items():
@@ -84,6 +89,12 @@ def compute(config, study) -> dict:
 def _anchored(values_DS, depths, slope):
     """A power law L^slope through the seed mean at the smallest depth."""
     return values_DS[0].mean() * (depths / depths[0]) ** slope
+
+
+def _mean_sem(values) -> tuple[float, float]:
+    """Mean and standard error over seeds (the figure's; the verdicts use the 95% interval)."""
+    x = np.asarray(values, np.float64)
+    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
 
 
 def plot(results: dict, study) -> list[str]:
@@ -100,12 +111,13 @@ def plot(results: dict, study) -> list[str]:
                 m = agg[where][name][metric]
                 values_DS = np.array(m["values"], float)
                 ax.plot(np.repeat(depths, values_DS.shape[1]), values_DS.ravel(), ".", color=c, alpha=0.5)
-                fit = m["fit"]
+                p, sem = _mean_sem(m["exponent"])
+                prefactor = float(np.exp(np.mean(np.log(m["prefactor"]))))
                 ax.plot(
                     depths,
-                    fit["prefactor"] * depths ** fit["exponent"],
+                    prefactor * depths**p,
                     color=c,
-                    label=f"{placement}: slope {fit['exponent']:+.2f} +- {fit['stderr']:.2f}",
+                    label=f"{placement}: slope {p:+.2f} +- {sem:.2f} (s.e., seeds)",
                 )
                 if where == "last" and placement in THEOREM1_SLOPE:
                     ax.plot(depths, _anchored(values_DS, depths, THEOREM1_SLOPE[placement]), **plotting.THEORY_STYLE)

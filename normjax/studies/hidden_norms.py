@@ -12,6 +12,7 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting, specs
 from normjax.jacobian import fits
+from normjax.report.rules import seeds
 
 NORM_INPUT_SITES = ("attn.post", "ffn.post", "attn.pre", "ffn.pre")
 
@@ -96,21 +97,28 @@ def lemma2_bounds(num_layers: int) -> dict:
 
 
 def _aggregate(runs: list[dict]) -> dict:
+    """Per-seed values (seeds first) and their mean and std over seeds, stream and every norm site."""
     stream = np.array([r["stream"] for r in runs])
-    out = {"stream_mean": stream.mean(0), "stream_std": stream.std(0), "norm_inputs": {}}
+    out = {"stream": stream, "stream_mean": stream.mean(0), "stream_std": stream.std(0), "norm_inputs": {}}
     if "dual_stream" in runs[0]:  # ResiDual's second stream
         dual = np.array([r["dual_stream"] for r in runs])
         out |= {"dual_stream_mean": dual.mean(0), "dual_stream_std": dual.std(0)}
     for site in runs[0]["norm_inputs"]:
         values = np.array([[np.nan if v is None else v for v in r["norm_inputs"][site]] for r in runs])
-        out["norm_inputs"][site] = {"mean": values.mean(0), "std": values.std(0)}
+        out["norm_inputs"][site] = {"values": values, "mean": values.mean(0), "std": values.std(0)}
+    out["stream_growth"] = _growth(stream)
     return out
 
 
-def _growth(stream_mean) -> dict:
-    l = np.arange(len(stream_mean))
-    fit = fits.linear_fit(l, np.asarray(stream_mean))
-    return fit.to_dict() | {"ratio_last_first": float(stream_mean[-1] / stream_mean[0])}
+def _growth(stream_SL) -> dict:
+    """Per seed: the slope and r^2 of a linear fit of ||x_l||^2/d in l, and ||x_L||^2 / ||x_0||^2."""
+    stream_SL = np.asarray(stream_SL, np.float64)
+    per_seed = [fits.linear_fit(np.arange(s.size), s) for s in stream_SL]
+    return {
+        "slope": [f.slope for f in per_seed],
+        "r2": [f.r2 for f in per_seed],
+        "ratio_last_first": list(stream_SL[:, -1] / stream_SL[:, 0]),
+    }
 
 
 def skipped_in_theory(config) -> list[str]:
@@ -121,23 +129,21 @@ def skipped_in_theory(config) -> list[str]:
 def compute(config, study) -> dict:
     skip = skipped_in_theory(config) if "theory" in config.settings else []
     jobs = [(s, p) for s in config.settings for p in config.placements if not (s == "theory" and p in skip)]
-    results = {"bounds": lemma2_bounds(config.num_layers), "runs": {}}
+    results = {"bounds": lemma2_bounds(config.num_layers), "seeds": seeds(config), "runs": {}}
     if skip:
         logging.warning("hidden_norms: %s left out of the theory setting (x_0 bypasses the embedding norm)", skip)
         results["skipped_in_theory"] = skip
     if "theory" in config.settings:
-        results["theory_check"] = study.cached("theory_check", lambda: theory_setting_check(config))
+        results["theory_check"] = study.cached("theory_check", lambda: theory_setting_check(config, config.seed))
     for setting, placement in tqdm(jobs, desc="hidden_norms", unit="model"):
         runs = [
             study.cached(
                 f"{setting}-{specs.parse(placement).file_key}-{seed}",
                 lambda s=seed, st=setting, p=placement: measure(config, st, p, s),
             )
-            for seed in range(config.num_seeds)
+            for seed in seeds(config)
         ]
-        agg = _aggregate(runs)
-        agg["stream_growth"] = _growth(agg["stream_mean"])
-        results["runs"].setdefault(setting, {})[placement] = agg
+        results["runs"].setdefault(setting, {})[placement] = _aggregate(runs)
     return results
 
 

@@ -1,4 +1,4 @@
-"""depth_scaling at a tiny size: results schema, verdict rows, scanned == looped gradient norms."""
+"""depth_scaling: results schema at a tiny size, scanned == looped gradient norms; the X5/S2 rules."""
 
 import ml_collections
 import numpy as np
@@ -18,7 +18,7 @@ def _tiny():
     c.settings = ("theory",)
     c.depths = (2, 4)
     c.vocab_size, c.d_model, c.num_heads, c.d_ff = 31, 16, 2, 32
-    c.batch_size, c.seq_len, c.num_batches, c.num_seeds = 2, 6, 2, 2
+    c.batch_size, c.seq_len, c.num_batches, c.seed, c.num_seeds = 2, 6, 2, 0, 3
     return c
 
 
@@ -33,8 +33,10 @@ def test_depth_scaling_smoke(tmp_path):
             for name in ("ffn/fc1/kernel", "ffn/fc2/kernel"):
                 for metric in ("mean_of_norms", "norm_of_mean"):
                     m = agg[where][name][metric]
-                    assert np.array(m["values"]).shape == (2, 2)  # (depths, seeds)
-                    assert {"exponent", "stderr", "prefactor", "r2"} <= set(m["fit"])
+                    assert np.array(m["values"]).shape == (2, 3)  # (depths, seeds)
+                    assert len(m["exponent"]) == len(m["prefactor"]) == 3  # one fit per seed
+                    values = np.array(m["values"])
+                    np.testing.assert_allclose(m["exponent"], np.log(values[1] / values[0]) / np.log(2), rtol=1e-6)
     rows = {row["claim"]: row for row in judge("depth_scaling", results)}
     assert set(rows) == {"X5", "S2"} and set(rows) <= set(CLAIMS)
     assert all(row["verdict"] in VERDICTS for row in rows.values())
@@ -52,3 +54,63 @@ def test_scanned_layers_give_the_looped_gradient_norms():
     for name, metrics in a.items():
         for metric, value in metrics.items():
             np.testing.assert_allclose(b[name][metric], value, rtol=1e-5, atol=1e-7)
+
+
+def _synthetic(slopes: dict, num_seeds: int = 3) -> dict:
+    """Results whose per-seed slopes are `slopes[(setting, placement, where)]`; values follow L^slope."""
+    depths = [6, 12, 24, 48]
+    runs = {}
+    for (setting, placement, where), ps in slopes.items():
+        m = {"values": [[d**p for p in ps] for d in depths], "exponent": ps, "prefactor": [1.0] * len(ps)}
+        agg = runs.setdefault(setting, {}).setdefault(placement, {"depths": depths})
+        agg.setdefault(where, {})["ffn/fc2/kernel"] = {"mean_of_norms": m, "norm_of_mean": m}
+    return {"runs": runs, "num_batches": 4, "num_seeds": num_seeds}
+
+
+def _rows(slopes, num_seeds=3):
+    return {row["claim"]: row for row in judge("depth_scaling", _synthetic(slopes, num_seeds))}
+
+
+def test_x5_rule_clean_pass_failure_and_noise():
+    def theory(post, pre):
+        return {
+            ("theory", "post", "last"): post,
+            ("theory", "pre", "last"): pre,
+            ("theory", "post", "first"): [0.0] * 3,
+            ("theory", "pre", "first"): [0.0] * 3,
+        }
+
+    assert _rows(theory([0.01, -0.01, 0.0], [-0.5, -0.52, -0.48]))["X5"]["verdict"] == "holds"
+    assert _rows(theory([-1.0, -1.0, -1.02], [0.3, 0.31, 0.29]))["X5"]["verdict"] == "does not hold"
+    # Pre-LN's mean slope -0.55 is inside -0.5 +- 0.1, but the seeds scatter: the interval leaves the band
+    noisy = _rows(theory([0.01, -0.01, 0.0], [-0.45, -0.5, -0.7]))["X5"]
+    assert noisy["verdict"] == "partly holds" and noisy["numbers"]["matches"] == [True, False]
+
+
+def test_s2_rule_clean_pass_failure_and_noise():
+    def real(last, first):
+        return {("real", "post", "last"): last, ("real", "post", "first"): first}
+
+    assert _rows(real([-1.0, -0.98, -1.02], [0.5, 0.6, 0.55]))["S2"]["verdict"] == "holds"
+    assert _rows(real([0.0, 0.01, -0.01], [-0.2, -0.1, -0.15]))["S2"]["verdict"] == "does not hold"
+    # first-layer mean slope 0.3 is above 0.1, but one seed falls: the interval reaches below 0.1
+    noisy = _rows(real([-1.0, -0.98, -1.02], [0.6, 0.5, -0.2]))["S2"]
+    assert noisy["verdict"] == "partly holds" and noisy["numbers"]["inverse"] and not noisy["numbers"]["explodes"]
+
+
+def test_rules_need_three_seeds():
+    rows = _rows({("real", "post", "last"): [-1.0, -1.0], ("real", "post", "first"): [0.5, 0.5]}, num_seeds=2)
+    assert {row["verdict"] for row in rows.values()} == {"not testable at this scale"}
+
+
+def test_every_preset_validates_with_three_seeds_and_another_seed():
+    from normjax.experiments import schemas
+    from normjax.experiments.configs import depth_scaling as presets
+    from normjax.report.rules import MIN_SEEDS, seeds
+
+    for name in ("quick", "standard", "paper"):
+        config = presets.get_config(name)
+        assert config.num_seeds >= MIN_SEEDS, name
+        config.seed = 1  # --config.seed=1: seeds 1 .. num_seeds
+        schemas.validate("depth_scaling", config)
+        assert seeds(config) == list(range(1, 1 + config.num_seeds))

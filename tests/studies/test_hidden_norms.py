@@ -1,9 +1,10 @@
-"""hidden_norms at a tiny size: results schema, verdict rows, and ReZero's stream staying put."""
+"""hidden_norms: results schema at a tiny size, ReZero's stream staying put; the X2/X3/S4/R4 rules."""
 
 import ml_collections
 import numpy as np
 
 from normjax.report import CLAIMS, VERDICTS
+from normjax.report.claims import CONSTRUCTION
 from normjax.report.judge import judge
 from normjax.studies import hidden_norms, runner
 
@@ -13,7 +14,7 @@ def _tiny():
     c.placements = ("post", "pre", "sandwich", "rezero", "resi_dual", "pre+embedding_norm")
     c.settings = ("theory", "real")
     c.vocab_size, c.d_model, c.num_heads, c.d_ff, c.num_layers = 31, 32, 2, 64, 4
-    c.batch_size, c.seq_len, c.num_seeds = 2, 8, 2
+    c.batch_size, c.seq_len, c.seed, c.num_seeds = 2, 8, 0, 3
     return c
 
 
@@ -41,7 +42,71 @@ def test_hidden_norms_smoke(tmp_path):
     assert {"X2", "X3", "S4", "R4"} <= claims <= set(CLAIMS)
     assert all(row["verdict"] in VERDICTS for row in judge("hidden_norms", results))
     x2 = next(r for r in judge("hidden_norms", results) if r["claim"] == "X2")
-    assert x2["verdict"] == "holds", x2  # the theory switch is exactly the setting, at any size
+    assert x2["verdict"] == CONSTRUCTION, x2  # the theory switch is exactly the setting, at any size
+    pre = results["runs"]["real"]["pre"]
+    assert np.array(pre["stream"]).shape == (3, 5) and len(pre["stream_growth"]["slope"]) == 3  # per seed
     # A rerun with the same config reuses the results instead of recomputing.
     again = runner.run_study("hidden_norms", str(tmp_path), _tiny(), hidden_norms.compute, hidden_norms.plot)
     assert again["created"] == saved["created"]
+
+
+def _synthetic(post_z, pre_stream, sandwich_stream=None) -> dict:
+    """Theory-setting results from per-seed Post-LN FFN LN inputs (S, L) and Pre-LN streams (S, L + 1)."""
+    from normjax.studies.hidden_norms import _growth, lemma2_bounds
+
+    runs = {
+        "post": {"norm_inputs": {"ffn.post": {"values": post_z}}},
+        "pre": {"stream": pre_stream, "stream_growth": _growth(pre_stream)},
+    }
+    if sandwich_stream is not None:
+        runs["sandwich"] = {"stream": sandwich_stream, "stream_growth": _growth(sandwich_stream)}
+    return {"bounds": lemma2_bounds(len(pre_stream[0]) - 1), "runs": {"theory": runs}}
+
+
+def _rows(results):
+    return {row["claim"]: row for row in judge("hidden_norms", results)}
+
+
+L = np.arange(9)
+PRE = [1 + L * 1.0 + 0.01 * s for s in range(3)]  # inside (1 + l/2, 1 + 3l/2), linear, grows x9
+
+
+def test_x3_rule_clean_pass_failure_and_noise():
+    assert _rows(_synthetic([[1.5] * 8, [1.51] * 8, [1.49] * 8], PRE))["X3"]["verdict"] == "holds"
+    below = [1 + L * 0.2 + 0.01 * s for s in range(3)]  # under the lower bound 1 + l/2
+    assert _rows(_synthetic([[1.0] * 8, [1.02] * 8, [0.98] * 8], below))["X3"]["verdict"] == "does not hold"
+    # Post-LN's mean 1.55 is within 1.5 +- 0.1, but the seeds scatter beyond the band: only partly
+    noisy = _rows(_synthetic([[1.4] * 8, [1.5] * 8, [1.75] * 8], PRE))["X3"]
+    assert noisy["verdict"] == "partly holds", noisy
+
+
+def test_s4_r4_rules_clean_pass_failure_and_noise():
+    post = [[1.5] * 8] * 3
+    flat = [np.ones(9) + 0.001 * s for s in range(3)]  # no growth: ratio 1
+    rows = _rows(_synthetic(post, PRE, sandwich_stream=[1 + 2 * L + 0.1 * s for s in range(3)]))
+    assert rows["S4"]["verdict"] == rows["R4"]["verdict"] == "holds"
+    assert _rows(_synthetic(post, flat))["S4"]["verdict"] == "partly holds"  # linear (r^2 1) but no growth
+    exponential = [np.exp(L * (0.5 + 0.01 * s)) for s in range(3)]
+    assert _rows(_synthetic(post, exponential))["S4"]["verdict"] == "partly holds"  # grows, but not linearly
+    # the growth ratio's mean (2.7) is above 2, but one seed barely grows: the interval straddles 2
+    noisy = [1 + L * g for g in (0.3, 0.3, 0.025)]
+    assert _rows(_synthetic(post, noisy))["S4"]["numbers"]["ratio_last_first"] > 2
+    assert _rows(_synthetic(post, noisy))["S4"]["verdict"] == "partly holds"
+
+
+def test_rules_need_three_seeds():
+    rows = _rows(_synthetic([[1.5] * 8] * 2, PRE[:2], sandwich_stream=PRE[:2]))
+    assert {rows[c]["verdict"] for c in ("X3", "S4", "R4")} == {"not testable at this scale"}
+
+
+def test_every_preset_validates_with_three_seeds_and_another_seed():
+    from normjax.experiments import schemas
+    from normjax.experiments.configs import hidden_norms as presets
+    from normjax.report.rules import MIN_SEEDS, seeds
+
+    for name in ("quick", "standard", "paper"):
+        config = presets.get_config(name)
+        assert config.num_seeds >= MIN_SEEDS, name
+        config.seed = 1  # --config.seed=1: seeds 1 .. num_seeds
+        schemas.validate("hidden_norms", config)
+        assert seeds(config) == list(range(1, 1 + config.num_seeds))
