@@ -8,6 +8,8 @@ import math
 import numpy as np
 from scipy import stats
 
+from normjax.report.claims import verdict_row
+
 CONFIDENCE = 0.95  # every interval in the report is a two-sided 95% Student-t interval over seeds
 MIN_SEEDS = 3  # no empirical verdict rests on fewer seeds
 
@@ -77,3 +79,16 @@ def mean_ci(values) -> Estimate:
 def seeds(config) -> list[int]:
     """The seeds a study runs: seed, seed + 1, ..., seed + num_seeds - 1."""
     return list(range(int(config.seed), int(config.seed) + int(config.num_seeds)))
+
+
+def too_few_seeds(claim: str, prediction: str, n: int) -> dict | None:
+    """A "not testable" row when `n` < MIN_SEEDS (no verdict rests on fewer seeds), else None."""
+    if n >= MIN_SEEDS:
+        return None
+    return verdict_row(
+        claim,
+        prediction,
+        f"{n} seed{'s' * (n != 1)}",
+        "not testable at this scale",
+        f"needs at least {MIN_SEEDS} seeds for an across-seed interval (rerun with --config.num_seeds={MIN_SEEDS})",
+    )

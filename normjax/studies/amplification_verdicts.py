@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from normjax.report import verdict_row
-from normjax.report.rules import Threshold, combine, mean_ci
+from normjax.report.rules import Threshold, combine, mean_ci, too_few_seeds
 from normjax.studies.amplification import JUDGED_KIND, PROFILED
-from normjax.studies.seed_rules import too_few_seeds
 
 PREDICTED = {"post": "linear", "pre": "log", "admin": "log", PROFILED: "log"}  # Liu et al.'s Theorem 2
 THRESHOLDS = {

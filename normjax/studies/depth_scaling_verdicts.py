@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from normjax.report import verdict_row
-from normjax.report.rules import Threshold, combine, mean_ci
+from normjax.report.rules import Threshold, combine, mean_ci, too_few_seeds
 from normjax.studies.depth_scaling import S2_SLOPE, THEOREM1_SLOPE
-from normjax.studies.seed_rules import too_few_seeds
 
 THRESHOLDS = {
     "SLOPE_BAND": Threshold(

@@ -6,8 +6,7 @@ import numpy as np
 
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.rules import Threshold, combine, mean_ci
-from normjax.studies.seed_rules import too_few_seeds
+from normjax.report.rules import Threshold, combine, mean_ci, too_few_seeds
 
 THRESHOLDS = {
     "POST_BAND": Threshold(
