@@ -11,7 +11,7 @@ from normjax.specs import study_specs
 
 def _quick():
     c = ml_collections.ConfigDict()
-    c.placements = ("post", "pre", "rezero", "deepnorm", "admin")
+    c.placements = ("post", "pre", "rezero", "deepnorm")  # R1, R2, S3, S7 need post, pre and rezero
     c.depths = (4, 12, 32)  # each product's SVD costs: L = 64 alone took 12 s of CPU per model
     c.vocab_size = 256
     c.d_model, c.num_heads, c.d_ff = 32, 4, 128
@@ -25,6 +25,7 @@ def _quick():
 
 def _standard():
     c = _quick()
+    c.placements = ("post", "pre", "rezero", "deepnorm", "admin")
     c.depths = (4, 12, 32, 64)
     c.num_seeds = 5
     return c
