@@ -58,6 +58,7 @@ SCHEMAS: dict[str, dict] = {
         repeats=POS,
         inner_steps=POS,
         seed=SEED,
+        num_seeds=POS,
     ),
     "deep_training": dict(
         runs=MODEL_SPECS,
@@ -115,6 +116,7 @@ SCHEMAS: dict[str, dict] = {
         batch_size=POS,
         seq_len=POS,
         num_batches=POS,
+        seed=SEED,
         num_seeds=POS,
     ),
     "hidden_norms": _MODEL
@@ -132,14 +134,23 @@ SCHEMAS: dict[str, dict] = {
         placements=MODEL_SPECS,
         depths=DEPTHS,
         seq_len=POS,
+        seed=SEED,
         num_seeds=POS,
         exact_max_n=POS,
         top_k=POS,
         resolution=Spec(float, lo=0.0, hi=1.0, lo_open=True),
     ),
 }
-SCHEMAS["ln_jacobian"] = SCHEMAS["hidden_norms"] | dict(
-    placements=PLACEMENTS, num_check_tokens=POS, gamma_noise=Spec(float, lo=0.0)
+SCHEMAS["ln_jacobian"] = _MODEL | dict(  # its own keys: hidden_norms' sizes, not its schema
+    placements=PLACEMENTS,
+    settings=choices(*SETTINGS),
+    num_layers=POS,
+    batch_size=POS,
+    seq_len=POS,
+    seed=SEED,
+    num_seeds=POS,
+    num_check_tokens=POS,
+    gamma_noise=Spec(float, lo=0.0),
 )
 
 

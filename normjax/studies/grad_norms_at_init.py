@@ -9,6 +9,7 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting, specs
 from normjax.jacobian import fits
+from normjax.report.rules import seeds
 from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
 from normjax.studies.ln_jacobian import plain_log_ticks
 
@@ -36,20 +37,25 @@ def measure(config, arch: str, placement: str, seed: int) -> dict:
     return ffn_grad_norms(model, task, config.num_batches, seed=1000 + seed)
 
 
-def layer_slope(values_SL) -> dict:
-    """Fit ln ||grad|| = a + slope * l over every seed's layers; slope per layer with its stderr."""
+def layer_profile(values_SL) -> dict:
+    """Per seed: the fit ln ||grad|| = a + slope * l over that seed's layers, max/min and first/last layer.
+
+    The rules take the across-seed mean and 95% interval of these numbers (one value per seed), never a
+    stderr pooled over the layers of one model.
+    """
     values_SL = np.asarray(values_SL, float)
-    layers_SL = np.broadcast_to(np.arange(values_SL.shape[1]), values_SL.shape)
-    fit = fits.linear_fit(layers_SL, np.log(values_SL))
-    mean_L = values_SL.mean(0)
-    return fit.to_dict() | {
-        "max_over_min": float(mean_L.max() / mean_L.min()),
-        "first_over_last": float(mean_L[0] / mean_L[-1]),
+    layers_L = np.arange(values_SL.shape[1])
+    fits_S = [fits.linear_fit(layers_L, np.log(v_L)) for v_L in values_SL]
+    return {
+        "slope": [f.slope for f in fits_S],
+        "r2": [f.r2 for f in fits_S],
+        "max_over_min": list(values_SL.max(1) / values_SL.min(1)),
+        "first_over_last": list(values_SL[:, 0] / values_SL[:, -1]),
     }
 
 
 def _aggregate(runs: list[dict]) -> dict:
-    """{stack: {name: {metric: {"mean", "std", "fit"}}}} over seeds."""
+    """{stack: {name: {metric: {"mean", "std", "seeds" (S, L), per-seed "slope", "r2", ...}}}} over seeds."""
     out = {}
     for stack, names in runs[0].items():
         for name in names:
@@ -58,21 +64,22 @@ def _aggregate(runs: list[dict]) -> dict:
                 out.setdefault(stack, {}).setdefault(name, {})[metric] = {
                     "mean": values_SL.mean(0),
                     "std": values_SL.std(0),
-                    "fit": layer_slope(values_SL),
-                }
+                    "seeds": values_SL,
+                } | layer_profile(values_SL)
     return out
 
 
 def compute(config, study) -> dict:
     jobs = [(a, p) for a in config.archs for p in config.placements]
-    results = {"runs": {}, "num_batches": config.num_batches, "num_seeds": config.num_seeds}
+    seed_list = seeds(config)
+    results = {"runs": {}, "num_batches": config.num_batches, "num_seeds": len(seed_list), "seeds": seed_list}
     for arch, placement in tqdm(jobs, desc="grad_norms_at_init", unit="model"):
         runs = [
             study.cached(
                 f"{arch}-{specs.parse(placement).file_key}-{seed}",
                 lambda s=seed, a=arch, p=placement: measure(config, a, p, s),
             )
-            for seed in range(config.num_seeds)
+            for seed in seed_list
         ]
         results["runs"].setdefault(arch, {})[placement] = _aggregate(runs)
     return results
@@ -102,7 +109,8 @@ def plot(results: dict, study) -> list[str]:
                     m = agg[stack][name][metric]
                     mean, std = np.array(m["mean"], float), np.array(m["std"], float)
                     l = np.arange(len(mean))
-                    label = f"{placement} (slope {m['fit']['slope']:+.2f}/layer)" if metric == "norm_of_mean" else None
+                    mean_slope = np.mean(m["slope"])
+                    label = f"{placement} (slope {mean_slope:+.2f}/layer)" if metric == "norm_of_mean" else None
                     ax.plot(
                         l,
                         mean,

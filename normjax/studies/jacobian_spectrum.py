@@ -11,6 +11,7 @@ from tqdm import tqdm
 import normjax
 from normjax import jacobian, plotting, specs
 from normjax.jacobian import model_jacobians, param_probes
+from normjax.report.rules import seeds
 
 STACK = "encoder"
 
@@ -113,11 +114,11 @@ def measure(config, placement: str, num_layers: int, seed: int) -> dict:
     return measure_matrix_free(model, tokens, config.top_k)
 
 
-def rezero_gradients(config) -> dict:
+def rezero_gradients(config, seed: int) -> dict:
     """R1's second half: at step 0 only ReZero's alpha gets a gradient among the block weights."""
-    model = normjax.Transformer(model_config(config, "rezero", min(config.depths)), rngs=nnx.Rngs(0))
-    tokens = _inputs(config, 0)[0]
-    targets = jax.random.randint(jax.random.key(7), tokens.shape, 0, config.vocab_size)
+    model = normjax.Transformer(model_config(config, "rezero", min(config.depths)), rngs=nnx.Rngs(seed))
+    tokens = _inputs(config, seed)[0]
+    targets = jax.random.randint(jax.random.key(7 + seed), tokens.shape, 0, config.vocab_size)
 
     def loss_fn(m, batch):
         logp = jax.nn.log_softmax(m(batch[0]))
@@ -134,9 +135,11 @@ def rezero_gradients(config) -> dict:
 
 
 def _aggregate(runs: list[dict]) -> dict:
+    """Mean and std over seeds, and every seed's values ("seeds", seed first) for the rules' intervals."""
+
     def stat(values):
-        a = np.array([np.nan if v is None else v for v in values], np.float64)
-        return {"mean": a.mean(0), "std": a.std(0)}
+        a = np.array([np.nan if v is None else v for v in values], np.float64)  # None (not measured) -> nan
+        return {"mean": a.mean(0), "std": a.std(0), "seeds": a}
 
     out = {
         "block_norm": stat([r["block_norm"] for r in runs]),
@@ -154,7 +157,10 @@ def _aggregate(runs: list[dict]) -> dict:
 
 def compute(config, study) -> dict:
     jobs = [(p, L) for p in config.placements for L in config.depths]
+    seed_list = seeds(config)
     results = {
+        "seeds": seed_list,
+        "num_seeds": len(seed_list),
         "depths": list(config.depths),
         "n": config.seq_len * config.d_model,
         "seq_len": config.seq_len,
@@ -168,11 +174,14 @@ def compute(config, study) -> dict:
                     f"{specs.parse(placement).file_key}-L{L}-{seed}",
                     lambda s=seed, p=placement, L=L: measure(config, p, L, s),
                 )
-                for seed in range(config.num_seeds)
+                for seed in seed_list
             ]
             results["runs"].setdefault(placement, {})[str(L)] = _aggregate(runs)
         if "rezero" in config.placements:
-            results["rezero_gradients"] = study.cached("rezero-gradients", lambda: rezero_gradients(config))
+            results["rezero_gradients"] = [
+                study.cached(f"rezero-gradients-{seed}", lambda s=seed: rezero_gradients(config, s))
+                for seed in seed_list
+            ]
     return results
 
 
@@ -199,7 +208,8 @@ def plot(results: dict, study) -> list[str]:
         ax.axhspan(floor / 10, floor, color="grey", alpha=0.2, label=f"< {floor:g}: numerically 0")
         ax.axhline(1.0, **plotting.THEORY_STYLE, label="ReZero theory:\n" + r"$J = I$, all $\sigma_i = 1$")
         ax.set(
-            title=f"io Jacobian spectrum, L = {L} (seed 0)\nbelow floor: {', '.join(zeros) or 'none'}",
+            title=f"io Jacobian spectrum, L = {L} (seed {results['seeds'][0]})\n"
+            f"below floor: {', '.join(zeros) or 'none'}",
             xlabel="index i (descending)",
             ylabel=r"$\sigma_i(\partial x_L/\partial x_0)$",
             yscale="log",
