@@ -8,10 +8,11 @@ import math
 import numpy as np
 from scipy import stats
 
-from normjax.report.claims import verdict_row
+from normjax.report.claims import CONSTRUCTION, verdict_row
 
 CONFIDENCE = 0.95  # every interval in the report is a two-sided 95% Student-t interval over seeds
 MIN_SEEDS = 3  # no empirical verdict rests on fewer seeds
+NOT_TESTABLE = "not testable at this scale"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,3 +93,21 @@ def too_few_seeds(claim: str, prediction: str, n: int) -> dict | None:
         "not testable at this scale",
         f"needs at least {MIN_SEEDS} seeds for an across-seed interval (rerun with --config.num_seeds={MIN_SEEDS})",
     )
+
+
+def require_seeds(rows: list[dict], num_seeds: int) -> list[dict]:
+    """`rows` unchanged with >= MIN_SEEDS seeds; else every empirical verdict replaced by "not testable at this
+    scale", the rule's own verdict kept in the reason (an interval from 1 or 2 seeds decides nothing).
+    Construction checks are kept: they do not rest on seeds."""
+    if num_seeds >= MIN_SEEDS:
+        return rows
+    out = []
+    for row in rows:
+        if row["verdict"] not in (CONSTRUCTION, NOT_TESTABLE):
+            row = row | {
+                "verdict": NOT_TESTABLE,
+                "reason": f"only {num_seeds} seed(s), the rules need >= {MIN_SEEDS} (the rule alone would say "
+                f"'{row['verdict']}'); " + row["reason"],
+            }
+        out.append(row)
+    return out

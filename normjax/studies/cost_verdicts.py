@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from normjax.report import verdict_row
-from normjax.report.rules import Threshold, combine, mean_ci
+from normjax.report.rules import Threshold, combine, mean_ci, require_seeds
 from normjax.studies.cost import MEMORY_TOLERANCE, TIME_TOLERANCE
-from normjax.studies.seed_rules import require_seeds
 
 THRESHOLDS = {
     "TIME_TOLERANCE": Threshold(

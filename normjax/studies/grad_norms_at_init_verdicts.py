@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from normjax.report import verdict_row
-from normjax.report.rules import Estimate, Threshold, combine, mean_ci
-from normjax.studies.seed_rules import require_seeds
+from normjax.report.rules import Estimate, Threshold, combine, mean_ci, require_seeds
 
 KERNEL = "ffn/fc2/kernel"  # W^2 of Xiong et al.'s FFN; fc1 is reported beside it
 METRIC = "norm_of_mean"  # Xiong et al.'s ||E[grad]||; the mean of per-batch norms is reported too

@@ -6,8 +6,7 @@ import numpy as np
 
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.rules import Estimate, Threshold, combine, mean_ci
-from normjax.studies.seed_rules import require_seeds
+from normjax.report.rules import Estimate, Threshold, combine, mean_ci, require_seeds
 
 THRESHOLDS = {
     "ISO_TOL": Threshold(

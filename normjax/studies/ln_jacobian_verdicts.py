@@ -7,8 +7,7 @@ import numpy as np
 from normjax.jacobian import fits
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.rules import Threshold, combine, mean_ci
-from normjax.studies.seed_rules import require_seeds
+from normjax.report.rules import Threshold, combine, mean_ci, require_seeds
 
 THRESHOLDS = {
     "FLOAT32_TOL": Threshold(
