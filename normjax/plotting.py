@@ -16,6 +16,8 @@ import os
 from collections.abc import Iterator, Mapping
 
 import matplotlib
+import numpy as np
+from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -81,3 +83,22 @@ def mark_unigram(ax: Axes, results: Mapping) -> Line2D | None:
         ax.text(0.98, 0.98, "unigram level: not in results", transform=ax.transAxes, ha="right", va="top", fontsize=6)
         return None
     return ax.axhline(level, **UNIGRAM_STYLE, label=f"unigram level $H(p)$ = {level:.2f}")
+
+
+def _tick_label(value, _) -> str:
+    """Plain numbers ('0.2', '1.5', ...) at 1, 1.5, 2, 3, 5 and 7 times a power of ten."""
+    leading = value / 10 ** np.floor(np.log10(value)) if value > 0 else 0
+    return f"{value:g}" if np.isclose(leading, [1, 1.5, 2, 3, 5, 7], rtol=1e-6).any() else ""
+
+
+def plain_log_ticks(ax, axis: str = "y") -> None:
+    """Plain tick labels on a log axis instead of 2 x 10^-1."""
+    target = getattr(ax, f"{axis}axis")
+    target.set_major_formatter(ticker.FuncFormatter(_tick_label))
+    target.set_minor_formatter(ticker.FuncFormatter(_tick_label))
+
+
+def placements_in_order(by_placement: dict) -> list[str]:
+    """The placements of a run in the house order (post, pre, ...), not JSON's sorted keys."""
+    order = list(PLACEMENT_COLORS)
+    return sorted(by_placement, key=lambda p: order.index(p) if p in order else len(order))

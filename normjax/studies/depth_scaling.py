@@ -11,9 +11,7 @@ import normjax
 from normjax import plotting
 from normjax.jacobian import fits
 from normjax.report.rules import seeds
-from normjax.studies.grad_norms_at_init import placements_in_order
 from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
-from normjax.studies.ln_jacobian import plain_log_ticks
 
 WHERE = {"last": -1, "first": 0}  # which layer's FFN weights
 METRICS = ("mean_of_norms", "norm_of_mean")
@@ -105,7 +103,7 @@ def plot(results: dict, study) -> list[str]:
         for col, setting in enumerate(settings):
             ax = axes[row * len(settings) + col]
             by_p = results["runs"][setting]
-            for placement in placements_in_order(by_p):
+            for placement in plotting.placements_in_order(by_p):
                 agg, c = by_p[placement], plotting.color(placement)
                 depths = np.array(agg["depths"], float)
                 m = agg[where][name][metric]
@@ -137,6 +135,6 @@ def plot(results: dict, study) -> list[str]:
             )
             ax.set_xticks(depths, [f"{d:g}" for d in depths])
             ax.xaxis.set_minor_locator(ticker.NullLocator())
-            plain_log_ticks(ax)
+            plotting.plain_log_ticks(ax)
             plotting.legend_outside(ax)
     return plotting.save(fig, study.figure_stem("depth_scaling"))

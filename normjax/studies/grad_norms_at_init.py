@@ -11,7 +11,6 @@ from normjax import plotting, specs
 from normjax.jacobian import fits
 from normjax.report.rules import seeds
 from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
-from normjax.studies.ln_jacobian import plain_log_ticks
 
 METRICS = ("norm_of_mean", "mean_of_norms")
 TITLES = {"encoder_decoder": "enc-dec", "encoder": "encoder-only", "decoder": "decoder-only"}
@@ -91,19 +90,13 @@ def panels(results: dict) -> list[tuple[str, str]]:
     return sorted(cells, key=lambda c: (c[0] != "encoder_decoder", c[1] != "decoder"))
 
 
-def placements_in_order(by_placement: dict) -> list[str]:
-    """The placements of a run in the house order (post, pre, ...), not JSON's sorted keys."""
-    order = list(plotting.PLACEMENT_COLORS)
-    return sorted(by_placement, key=lambda p: order.index(p) if p in order else len(order))
-
-
 def plot(results: dict, study) -> list[str]:
     paths = []
     for name in FFN_KERNELS:
         cells = panels(results)
         fig, axes = plotting.figure(ncols=len(cells), width=3.6, height=3.4)
         for ax, (arch, stack) in zip(axes, cells, strict=True):
-            for placement in placements_in_order(results["runs"][arch]):
+            for placement in plotting.placements_in_order(results["runs"][arch]):
                 agg, c = results["runs"][arch][placement], plotting.color(specs.parse(placement).placement)
                 for metric, style in zip(METRICS, ("-", ":"), strict=True):
                     m = agg[stack][name][metric]
@@ -128,7 +121,7 @@ def plot(results: dict, study) -> list[str]:
                 yscale="log",
                 ylabel=f"gradient norm of {name} in layer l",
             )
-            plain_log_ticks(ax)
+            plotting.plain_log_ticks(ax)
             ax.legend(fontsize=6)
         fig.suptitle(
             rf"init, copy task: $\|E[\nabla W]\|$ over {results['num_batches']} batches "

@@ -6,14 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from matplotlib import ticker
 from tqdm import tqdm
 
 import normjax
 from normjax import plotting
 from normjax.jacobian import probes
 from normjax.report.rules import seeds
-from normjax.studies.hidden_norms import lemma2_bounds, model_config
+from normjax.studies.encoder_models import lemma2_bounds, model_config
 from normjax.studies.ln_jacobian_checks import autodiff_spectral, wiring_errors
 
 # The site drawn per placement: Lemma 2's quantities (FFN LN input for Post-LN, x_l for Pre-LN).
@@ -157,19 +156,6 @@ def _lemma2_sigma(ax, bounds, quantity: str):
     )
 
 
-def _tick_label(value, _) -> str:
-    """Plain numbers ('0.2', '1.5', ...) at 1, 1.5, 2, 3, 5 and 7 times a power of ten."""
-    leading = value / 10 ** np.floor(np.log10(value)) if value > 0 else 0
-    return f"{value:g}" if np.isclose(leading, [1, 1.5, 2, 3, 5, 7], rtol=1e-6).any() else ""
-
-
-def plain_log_ticks(ax, axis: str = "y") -> None:
-    """Plain tick labels on a log axis instead of 2 x 10^-1 (shared by this study's siblings)."""
-    target = getattr(ax, f"{axis}axis")
-    target.set_major_formatter(ticker.FuncFormatter(_tick_label))
-    target.set_minor_formatter(ticker.FuncFormatter(_tick_label))
-
-
 def plot(results: dict, study) -> list[str]:
     settings = list(results["runs"])
     paths = []
@@ -196,7 +182,7 @@ def plot(results: dict, study) -> list[str]:
             if setting == "theory":
                 _lemma2_sigma(ax, results["bounds"], quantity)
             ax.set(title=f"{setting} setting, init", xlabel="layer l", ylabel=ylabel, yscale="log")
-            plain_log_ticks(ax)
+            plotting.plain_log_ticks(ax)
             ax.legend(fontsize=6, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
         paths += plotting.save(fig, study.figure_stem(f"ln_{quantity}"))
     return paths

@@ -52,7 +52,8 @@ def test_hidden_norms_smoke(tmp_path):
 
 def _synthetic(post_z, pre_stream, sandwich_stream=None) -> dict:
     """Theory-setting results from per-seed Post-LN FFN LN inputs (S, L) and Pre-LN streams (S, L + 1)."""
-    from normjax.studies.hidden_norms import _growth, lemma2_bounds
+    from normjax.studies.encoder_models import lemma2_bounds
+    from normjax.studies.hidden_norms import _growth
 
     runs = {
         "post": {"norm_inputs": {"ffn.post": {"values": post_z}}},
