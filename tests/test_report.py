@@ -159,6 +159,7 @@ def test_report_cli_names_a_truncated_results_file_in_one_line(tmp_path):
 def test_the_cache_fingerprint_covers_library_code_but_not_rules_or_sibling_studies():
     files = {os.path.relpath(f, ROOT / "normjax") for f in runner.code_files(hidden_norms.compute)}
     assert {"model.py", "init.py", "jacobian/traced.py", "studies/hidden_norms.py", "report/rules.py"} <= files
+    assert not {f for f in files if f.startswith("train/")}  # imported by the package, not used by this study
     assert not {f for f in files if f.endswith("_verdicts.py") or f.startswith("report/") and f != "report/rules.py"}
     for study in judge_module.RULES:
         module = importlib.import_module(f"normjax.studies.{study}")

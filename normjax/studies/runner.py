@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import datetime
 import hashlib
 import inspect
@@ -44,18 +45,28 @@ def _measured_by(module) -> bool:
     )
 
 
+def _imported_names(module) -> set[str]:
+    """The names `module`'s own import statements bind (a package also holds every imported submodule)."""
+    tree = ast.parse(inspect.getsource(module))
+    return {
+        (alias.asname or alias.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+
+
 def _code_modules(module, seen: set) -> None:
-    """`module` and every normjax module it uses, directly or through another one (rules excluded). A study
-    module reached only as an attribute of a package (every imported sibling is one) is not used."""
+    """`module` and every normjax module it uses, directly or through another one (rules excluded). A module
+    counts as used when `module` imports it or a name from it: a package's other submodules do not."""
     seen.add(module)
-    in_a_study = module.__name__.startswith("normjax.studies.")
-    for value in vars(module).values():
+    imported = _imported_names(module)
+    for name, value in vars(module).items():
+        if inspect.ismodule(value) and name not in imported:
+            continue
         used = value if inspect.ismodule(value) else inspect.getmodule(value)
-        if used is None or used in seen or not _measured_by(used):
-            continue
-        if used.__name__.startswith("normjax.studies.") and not in_a_study:
-            continue
-        _code_modules(used, seen)
+        if used is not None and used not in seen and _measured_by(used):
+            _code_modules(used, seen)
 
 
 def code_files(fn: Callable) -> list[str]:
