@@ -55,7 +55,8 @@ def test_runs_sharing_shapes_share_one_compiled_step(tmp_path, tiny):
     assert records.read_json(str(tmp_path / "sweep.json")) == result
     finals = {r["summary"]["final"]["train/loss"] for r in result["runs"]}
     assert len(finals) == 8  # every hyperparameter really reached its run
-    assert len(format_table(result).splitlines()) == 9
+    table = format_table(result).splitlines()
+    assert len(table) == 10 and table[-1].startswith("unigram level H = ")  # header, 8 runs, the level
     assert run_sweep(runs, str(tmp_path), progress=False) == result  # rerun: all skipped
 
 
