@@ -7,7 +7,8 @@ DIR (--workdir) receives one subfolder per run, DIR/sweep.json, and once every r
 DIR/results.json with loss curves and heat maps. Rerunning skips finished runs and resumes unfinished
 ones from their last checkpoint; with --shard=i/n only every n-th run is trained, and the analysis runs
 when the last shard finds every run done. An override of a swept key (--config.train.lr=1e-3) replaces
-that axis by the one value.
+that axis by the one value in the main grid and every sub-grid (config.sweep.grids); --config.train.seed=s
+shifts every seed axis to s, s+1, s+2 (the seed count stays).
 """
 
 import sys

@@ -125,3 +125,18 @@ def test_critical_lr_ignores_under_training_at_small_lr():
     finals = {1e-4: [4.1] * 3, 1e-3: [2.5] * 3, 1e-2: [4.0] * 3, 1e-1: [None] * 3}
     runs = [_run("post", lr, 0, s, v, depth=6) for lr, vs in finals.items() for s, v in enumerate(vs)]
     assert critical_lrs(runs, STALL) == {"post": {6: 1e-2}}
+
+
+def test_a_seed_override_shifts_every_seed_axis_and_a_swept_key_is_replaced_in_every_grid():
+    from normjax.experiments import common
+    from normjax.experiments import warmup_ablation as cli
+    from normjax.experiments.configs import warmup_ablation as presets
+
+    config = presets.get_config("quick")
+    config.train.seed, config.train.lr = 5, 0.02
+    args = common.Args(config=config, overrides=("train.seed", "train.lr"), workdir="", progress=False)
+    out = cli.grid(args)
+    assert list(out.sweep.axes["train.seed"]) == [5, 6, 7] and list(out.sweep.axes["train.lr"]) == [0.02]
+    for name, axes in out.sweep.grids.items():
+        assert list(axes["train.seed"]) == [5, 6, 7], name
+        assert list(axes["train.lr"]) == [0.02], name

@@ -31,8 +31,11 @@ def _seeds(config) -> list[int]:
     return [config.train.seed + k for k in range(NUM_SEEDS)]
 
 
-def add_grids(config, lrs, warmups, depths, control_lrs, sgd_lrs, opt_lrs, arm_placements=("post", "pre")):
-    """The main grid (config.sweep.axes) and the sub-grids (config.sweep.grids) of a preset."""
+def add_grids(
+    config, lrs, warmups, depths, control_lrs, sgd_lrs, opt_lrs, arm_placements=("post", "pre"), depth_lrs=None
+):
+    """The main grid (config.sweep.axes) and the sub-grids (config.sweep.grids) of a preset; the depth x lr grid
+    runs at `depth_lrs` (default: the main grid's lrs)."""
     seeds = _seeds(config)
     both, arms = ["post", "pre"], list(arm_placements)
     config.sweep.axes = sweep_axes(
@@ -47,7 +50,7 @@ def add_grids(config, lrs, warmups, depths, control_lrs, sgd_lrs, opt_lrs, arm_p
             "train.warmup_steps": warmups,
             "train.seed": seeds,
         },
-        "depth_lr": {"model.placement": both, "model.num_layers": depths, "train.lr": lrs} | no_warmup,
+        "depth_lr": {"model.placement": both, "model.num_layers": depths, "train.lr": depth_lrs or lrs} | no_warmup,
         "adam999": {"train.b2": [0.999], "model.placement": arms, "train.lr": opt_lrs} | no_warmup,
         "radam": {"train.optimizer": ["radam"], "model.placement": arms, "train.lr": opt_lrs} | no_warmup,
         "sgd": {"train.optimizer": ["sgd"], "model.placement": arms, "train.lr": sgd_lrs} | no_warmup,
@@ -115,9 +118,10 @@ def paper_grid(config):
     config = paper_scale(config)
     return add_grids(
         config,
-        lrs=[5e-4, 1e-3, 2e-3],
+        lrs=[5e-4, 1e-3],
         warmups=[0, 500, 4000],
-        depths=[12, 18],
+        depths=[6, 12, 18],
+        depth_lrs=[2.5e-4, 5e-4, 1e-3, 2e-3],
         control_lrs=[5e-4, 1e-3],
         sgd_lrs=[0.03, 0.1],
         opt_lrs=[5e-4, 1e-3],
