@@ -95,9 +95,11 @@ def test_s5_holds_when_post_ln_fails_on_every_seed_and_warmup_rescues_it():
         ("post", 1e-2, 20): TRAINED,
     }
     row = warmup_sensitivity(_results(cells))
-    assert row["verdict"] == "holds" and row["numbers"]["lrs_showing_effect"] == [1e-2]
-    assert row["numbers"]["critical_lr"] == {"post": {"2": 1e-2}, "pre": {"2": None}}
-    assert "stall 3.60" in row["key"]
+    assert row["verdict"] == "holds" and row["numbers"]["cells_showing_effect"] == [[2, 1e-2]]
+    assert row["numbers"]["lrs_rescued_by_warmup"] == [1e-2]
+    crit = row["numbers"]["critical_lr"]
+    assert crit["post"]["2"] == {"lower": 1e-3, "upper": 1e-2, "state": "fails"} and crit["pre"]["2"]["upper"] is None
+    assert "stall 3.60" in row["key"] and "(0.001, 0.01] (0.01: fails)" in row["measured"]
 
 
 def test_s5_fails_when_both_placements_train_without_warmup():
@@ -112,7 +114,7 @@ def test_s5_a_noisy_cell_whose_mean_trains_does_not_count():
     cells = {("post", 1e-2, 0): STUCK, ("pre", 1e-2, 0): noisy, ("post", 1e-2, 20): TRAINED}
     row = warmup_sensitivity(_results(cells))
     assert np.mean(noisy) < STALL and row["verdict"] == "does not hold"
-    assert "Pre-LN no warmup mixed" in row["measured"]
+    assert "Pre-LN mixed" in row["measured"]
 
 
 def test_s5_partly_when_warmup_does_not_rescue_post_ln():
@@ -124,7 +126,10 @@ def test_critical_lr_ignores_under_training_at_small_lr():
     # lr 1e-4 stalls by under-training (no trained lr below it); 1e-2 is the first failure above a trained lr
     finals = {1e-4: [4.1] * 3, 1e-3: [2.5] * 3, 1e-2: [4.0] * 3, 1e-1: [None] * 3}
     runs = [_run("post", lr, 0, s, v, depth=6) for lr, vs in finals.items() for s, v in enumerate(vs)]
-    assert critical_lrs(runs, STALL) == {"post": {6: 1e-2}}
+    assert critical_lrs(runs, STALL) == {"post": {6: {"lower": 1e-3, "upper": 1e-2, "state": "fails"}}}
+    # with no trained lr below, the first failing lr is an upper bound only
+    low = [r for r in runs if r["lr"] >= 1e-2]
+    assert critical_lrs(low, STALL) == {"post": {6: {"lower": None, "upper": 1e-2, "state": "fails"}}}
 
 
 def test_a_seed_override_shifts_every_seed_axis_and_a_swept_key_is_replaced_in_every_grid():
