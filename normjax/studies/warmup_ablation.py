@@ -136,10 +136,6 @@ def plot(results: dict, study) -> list[str]:
         ax.set(title=f"{r['placement']}, lr {r['lr']:g}", xlabel="step", ylabel="train nll")
     for ax in axes:
         plotting.mark_unigram(ax, results)
-        if results.get("stall_nll") is not None:
-            ax.axhline(
-                results["stall_nll"], color="grey", linewidth=0.6, label=f"stalled above {results['stall_nll']:.2f}"
-            )
         ax.legend(fontsize=6, title="dashed: stalled/diverged", title_fontsize=6)
     paths = plotting.save(fig, study.figure_stem("loss_curves"))
     fig, axes = plotting.figure(ncols=len(placements), width=3.6, height=3.0)
@@ -172,4 +168,35 @@ def plot(results: dict, study) -> list[str]:
             f"{results['stall_nll']:.2f} stalled; Nsta / Ndiv: seeds stalled / diverged",
             fontsize=7,
         )
-    return paths + plotting.save(fig, study.figure_stem("heatmap"))
+    paths += plotting.save(fig, study.figure_stem("heatmap"))
+    return paths + _plot_no_warmup(results, study)
+
+
+def _arm(r: dict) -> str:
+    """The label of a run's no-warmup cell: its grid (or the main grid's schedule), depth and lr."""
+    return f"{r.get('group') or 'main'}\nL={r['depth']} lr {r['lr']:g}"
+
+
+def _plot_no_warmup(results: dict, study) -> list[str]:
+    """Every cell without warmup (depth x lr, schedule and optimizer arms): one dot per seed, failed runs hollow,
+    against the unigram and stall levels."""
+    rows = [r for r in results["runs"] if r["warmup"] == 0]
+    placements = sorted({r["placement"] for r in rows})
+    fig, axes = plotting.figure(ncols=len(placements), width=max(4.0, 0.55 * len({_arm(r) for r in rows})), height=3)
+    for ax, placement in zip(axes, placements, strict=True):
+        own = [r for r in rows if r["placement"] == placement]
+        arms = sorted({_arm(r) for r in own})
+        for r in own:
+            nll = r["final_valid_nll"] if r["outcome"] != "diverged" and r["final_valid_nll"] else np.nan
+            failed = r["outcome"] in FAILED
+            color = plotting.color(placement)
+            x = arms.index(_arm(r)) + 0.08 * (r["seed"] % 3 - 1)
+            ax.plot(x, nll, "o", mfc="none" if failed else color, mec=color, ms=5)
+            if r["outcome"] == "diverged":
+                ax.annotate("div", (x, results.get("unigram_nll") or 0), fontsize=6, ha="center")
+        plotting.mark_unigram(ax, results)
+        ax.set_xticks(range(len(arms)), arms, fontsize=6)
+        ax.set(title=f"{placement}, no warmup: final valid nll per seed (hollow: stalled/diverged)", ylabel="nll")
+        ax.title.set_fontsize(8)
+        ax.legend(fontsize=6)
+    return plotting.save(fig, study.figure_stem("no_warmup"))
