@@ -161,15 +161,20 @@ def plot(results: dict, study) -> list[str]:
         bar = fig.colorbar(image, ax=ax, shrink=0.8)
         if results.get("unigram_nll") is not None:  # the unigram level and the stall level on the colour scale
             bar.ax.axhline(results["unigram_nll"], **plotting.UNIGRAM_STYLE)
-            bar.ax.axhline(results["stall_nll"], **plotting.STALL_STYLE)
+            if results.get("stall_nll") is not None:
+                bar.ax.axhline(results["stall_nll"], **plotting.STALL_STYLE)
     if results.get("unigram_nll") is not None:
+        stall = results.get("stall_nll")
         fig.suptitle(
-            f"unigram level H = {results['unigram_nll']:.2f} nats per token (dotted); cells at or above "
-            f"{results['stall_nll']:.2f} stalled; Nsta / Ndiv: seeds stalled / diverged",
+            f"unigram level H = {results['unigram_nll']:.2f} nats per token (dotted); "
+            + ("no stall level in these results" if stall is None else f"cells at or above {stall:.2f} stalled")
+            + "; Nsta / Ndiv: seeds stalled / diverged",
             fontsize=7,
         )
     paths += plotting.save(fig, study.figure_stem("heatmap"))
-    return paths + _plot_no_warmup(results, study)
+    if all("group" in r for r in results["runs"]):  # results from before the arms existed have no such cells
+        paths += _plot_no_warmup(results, study)
+    return paths
 
 
 def _arm(r: dict) -> str:
