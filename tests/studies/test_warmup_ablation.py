@@ -145,3 +145,18 @@ def test_a_seed_override_shifts_every_seed_axis_and_a_swept_key_is_replaced_in_e
     for name, axes in out.sweep.grids.items():
         assert list(axes["train.seed"]) == [5, 6, 7], name
         assert list(axes["train.lr"]) == [0.02], name
+
+
+def test_every_preset_runs_three_seeds_and_ten_times_its_longest_warmup():
+    from normjax.experiments.configs import warmup_ablation as presets
+
+    for preset in ("quick", "standard", "paper"):
+        config = presets.get_config(preset)
+        grids = [config.sweep.axes, *config.sweep.grids.values()]
+        assert {"constant", "depth_lr", "adam999", "radam", "sgd"} <= set(config.sweep.grids), preset
+        for axes in grids:
+            assert len(set(axes["train.seed"])) == 3, preset
+            assert config.train.num_steps >= 10 * max(axes.get("train.warmup_steps", [config.train.warmup_steps]))
+        assert config.train.schedule == "inverse_sqrt" and config.sweep.grids["constant"]["train.schedule"] == [
+            "constant"
+        ]
