@@ -146,7 +146,9 @@ def get_config(arg: str = "paper"):
     config = paper_config("paper")
     axes = {{key: list(values) for key, values in config.sweep.axes.items()}}
     axes["train.warmup_steps"] = {warmups}
+    axes["train.seed"] = [config.train.seed]  # one seed, main grid only: a timing check, not a verdict
     config.sweep.axes = sweep_axes(axes)
+    config.sweep.grids = {{}}
     return config
 '''
 

@@ -42,6 +42,7 @@ STYLE = {
     "legend.framealpha": 0.85,
 }
 UNIGRAM_STYLE = dict(color="grey", linestyle=":", linewidth=1.2)
+STALL_STYLE = dict(color="grey", linestyle="-", linewidth=0.6)
 
 
 @contextlib.contextmanager
@@ -76,12 +77,16 @@ def legend_outside(ax: Axes, **kwargs) -> None:
 def mark_unigram(ax: Axes, results: Mapping) -> Line2D | None:
     """The unigram level (results["unigram_nll"], nats per target token) as a labelled horizontal line.
 
-    Where the results do not carry it, a note on the axes says so and None is returned.
+    Where the results also carry `stall_nll` (normjax.train.outcomes), that level is drawn too, thinner: runs
+    ending at or above it are "stalled". Where the results do not carry the unigram level, a note on the axes
+    says so and None is returned.
     """
     level = results.get("unigram_nll")
     if level is None:
         ax.text(0.98, 0.98, "unigram level: not in results", transform=ax.transAxes, ha="right", va="top", fontsize=6)
         return None
+    if results.get("stall_nll") is not None:
+        ax.axhline(results["stall_nll"], **STALL_STYLE, label=f"stalled at or above {results['stall_nll']:.2f}")
     return ax.axhline(level, **UNIGRAM_STYLE, label=f"unigram level $H(p)$ = {level:.2f}")
 
 

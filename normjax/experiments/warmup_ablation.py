@@ -1,4 +1,4 @@
-"""Warmup ablation (claims S5, X7, X8, R7): the lr x warmup x placement grid, its figures and verdicts.
+"""Warmup ablation (claims S5, X7, X8, R7): the lr x warmup x placement grid and its arms, figures, verdicts.
 
   python -m experiments.warmup_ablation --config=experiments/configs/warmup_ablation.py:quick \
       --workdir=results/warmup_ablation [--shard=0/2] [--force]
@@ -7,7 +7,8 @@ DIR (--workdir) receives one subfolder per run, DIR/sweep.json, and once every r
 DIR/results.json with loss curves and heat maps. Rerunning skips finished runs and resumes unfinished
 ones from their last checkpoint; with --shard=i/n only every n-th run is trained, and the analysis runs
 when the last shard finds every run done. An override of a swept key (--config.train.lr=1e-3) replaces
-that axis by the one value.
+that axis by the one value in the main grid and every sub-grid (config.sweep.grids); --config.train.seed=s
+shifts every seed axis to s, s+1, s+2 (the seed count stays).
 """
 
 import sys
@@ -21,16 +22,25 @@ from normjax.train.config_io import ConfigError, as_dict
 AXES = ("model.placement", "train.lr", "train.warmup_steps")  # the heat maps' rows, columns and panels
 
 
+def _axes(config) -> dict:
+    """name -> axes of the main grid ("") and of every sub-grid (config.sweep.grids)."""
+    grids = dict(config.sweep.get("grids", {}))
+    return {"": config.sweep.axes} | {name: grids[name] for name in grids}
+
+
 def grid(args: common.Args, note: bool = False):
-    """The config with every swept key that was overridden on the command line as a one-value axis."""
+    """The config with every swept key that was overridden on the command line as a one-value axis (in the main
+    grid and every sub-grid); an overridden train.seed instead shifts each seed axis to start at that seed."""
     config = args.config.copy_and_resolve_references()
-    for key in sorted(set(args.overrides) & set(config.sweep.axes)):
-        section, _, name = key.partition(".")
-        value = config[section][name]
-        if note:
-            axis = config.sweep.axes[key]
-            print(f"note: --config.{key}={value!r} replaces the sweep axis {key}={axis}", file=sys.stderr)
-        config.sweep.axes[key] = [value]
+    for name, axes in _axes(config).items():
+        for key in sorted(set(args.overrides) & set(axes)):
+            section, _, field = key.partition(".")
+            value, axis = config[section][field], list(axes[key])
+            new = [value + k for k in range(len(axis))] if key == "train.seed" else [value]
+            if note:
+                where = f"sweep grid {name}" if name else "sweep axis"
+                print(f"note: --config.{key}={value!r} replaces the {where} {key}={axis} by {new}", file=sys.stderr)
+            axes[key] = new
     return config
 
 

@@ -20,7 +20,8 @@ from normjax.train.batching import BatchSpec
 from normjax.train.checkpoint import REJECTED, Checkpointer, fingerprint
 from normjax.train.config_io import ConfigError, RunConfig, TrainConfig, divergence_loss, model_config
 from normjax.train.optimizers import OptimizerSpec
-from normjax.train.tasks import Task, load_task
+from normjax.train.outcomes import OUTCOMES, classify, stall_level
+from normjax.train.tasks import Task, load_task, unigram_nll
 
 
 @functools.cache
@@ -103,11 +104,7 @@ def check_config(workdir: str, wanted: dict | RunConfig) -> None:
 
 
 def _valid_summary(summary) -> bool:
-    return (
-        isinstance(summary, dict)
-        and summary.get("outcome") in ("ok", "diverged")
-        and isinstance(summary.get("steps"), int)
-    )
+    return isinstance(summary, dict) and summary.get("outcome") in OUTCOMES and isinstance(summary.get("steps"), int)
 
 
 def read_summary(workdir: str) -> dict | None:
@@ -122,6 +119,35 @@ def read_summary(workdir: str) -> dict | None:
     if not _valid_summary(summary):
         logging.warning("%s is not a complete summary (%.80s); the run is not finished", path, summary)
         return None
+    return summary
+
+
+def with_unigram(workdir: str, run: RunConfig, summary: dict) -> dict:
+    """`summary` with `unigram_nll` and an outcome judged against it; a summary written before the stalled
+    outcome existed (no `unigram_nll`) is judged from its final validation nll and rewritten, with a warning.
+
+    Raises:
+      WorkdirError: when such an old summary has no final valid/nll to judge (retrain it with --force).
+    """
+    if "unigram_nll" in summary:
+        return summary
+    path = os.path.join(workdir, "summary.json")
+    level = unigram_nll(prepare(run)[0].train)
+    try:
+        outcome = classify(summary["outcome"] == "diverged", summary.get("final", {}).get("valid/nll"), level)
+    except ValueError as e:
+        raise io.WorkdirError(f"{path} predates the 'stalled' outcome and {e}; rerun with --force") from None
+    logging.warning(
+        "%s predates the 'stalled' outcome: judged now from its final valid/nll against the unigram level %.3f"
+        " (outcome %s -> %s) and rewritten",
+        path,
+        level,
+        summary["outcome"],
+        outcome,
+    )
+    summary = summary | {"outcome": outcome, "unigram_nll": level, "stall_nll": stall_level(level)}
+    if jax.process_index() == 0:
+        records.write_json(path, summary)
     return summary
 
 
@@ -149,6 +175,7 @@ def finished_summary(workdir: str, run: RunConfig) -> dict | None:
         path = os.path.join(workdir, "metrics.jsonl")
         want = logged_steps(run.train, summary["steps"] - 1) + [summary["steps"]]
         records.check_steps(path, records.read_jsonl(path), summary["steps"], want)
+        summary = with_unigram(workdir, run, summary)
     return summary
 
 
@@ -211,7 +238,7 @@ class Job:
         check_config(self.workdir, config)
         path = os.path.join(self.workdir, "config.json")
         if os.path.exists(path) and (done := read_summary(self.workdir)) is not None:
-            return done
+            return with_unigram(self.workdir, self.run, done)
         records.write_json(path, config)
         return None
 
@@ -287,14 +314,20 @@ class Job:
         self.ckpt.save(step, self.state, step)
 
     def finish(self, step: int, diverged_at: int) -> dict:
-        """Writes summary.json (outcome "ok" or "diverged" at a step) and closes the job's files."""
+        """Writes summary.json (outcome "ok", "stalled" or "diverged" at a step) and closes the job's files."""
         elapsed = time.time() - self.t0
         log = records.read_jsonl(os.path.join(self.workdir, metric_writers.METRICS_FILE))
         valid = [r["valid/nll"] for r in log if r.get("valid/nll") is not None]
+        level = unigram_nll(self.task.train)
+        outcome = classify(diverged_at >= 0, self.last.get("valid/nll"), level)
+        if outcome == "diverged" and diverged_at < 0:  # a non-finite final validation nll
+            diverged_at = step
         summary = records.to_jsonable(
             {
-                "outcome": "diverged" if diverged_at >= 0 else "ok",
+                "outcome": outcome,
                 "diverged_step": diverged_at if diverged_at >= 0 else None,
+                "unigram_nll": level,
+                "stall_nll": stall_level(level),
                 "steps": step,
                 "final": {k: v for k, v in self.last.items() if not k.startswith("diag/")},
                 "best_valid_nll": min(valid, default=None),

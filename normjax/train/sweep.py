@@ -10,8 +10,9 @@ from normjax import io
 from normjax.train import records
 from normjax.train.config_io import ConfigError, RunConfig, as_dict, parse, path_component, set_path
 from normjax.train.config_schema import shape_key
-from normjax.train.job import read_summary
+from normjax.train.job import read_summary, with_unigram
 from normjax.train.loop import run_group, run_job
+from normjax.train.outcomes import STALL_FRACTION
 from normjax.train.workers import choose_workers, run_in_workers
 
 
@@ -20,37 +21,51 @@ class SweepRun:
     name: str  # also the run's subfolder
     overrides: dict
     run: RunConfig
+    group: str = ""  # the config.sweep.grids entry it comes from ("" = config.sweep.axes)
 
 
 def _fmt(value) -> str:
     return "-".join(map(str, value)) if isinstance(value, tuple | list) else str(value)
 
 
-def expand(config, num_devices: int = 1) -> list[SweepRun]:
-    """Every combination of `config.sweep.axes` (dotted key -> list of values), each run validated.
-
-    Raises:
-      ConfigError: for an unknown axis key, an empty axis, or any invalid run (before any compute).
-    """
-    values = as_dict(config)
-    sweep = dict(values.get("sweep", {}))
-    unknown = sorted(set(sweep) - {"axes", "vmap"})
-    if unknown:
-        raise ConfigError(f"unknown key config.sweep.{unknown[0]}; valid keys: axes, vmap")
-    axes = dict(sweep.get("axes", {}))
-    base = {k: v for k, v in values.items() if k != "sweep"}
+def _product(base: dict, axes: dict, group: str, num_devices: int) -> list[SweepRun]:
+    """Every combination of `axes` over `base`, named by its values (prefixed by `grid=group,`)."""
     for key, options in axes.items():
+        where = f"config.sweep.grids[{group!r}]" if group else "config.sweep.axes"
         if not isinstance(options, list | tuple) or not options:
-            raise ConfigError(f"config.sweep.axes[{key!r}]={options!r} must be a non-empty list")
-        set_path(base, key, options[0])  # raises for an unknown key
+            raise ConfigError(f"{where}[{key!r}]={options!r} must be a non-empty list")
+        set_path(base, key, options[0])  # a copy: raises for an unknown key
     out = []
     for combo in itertools.product(*axes.values()):
         overrides = dict(zip(axes, combo, strict=True))
         merged = base
         for key, value in overrides.items():
             merged = set_path(merged, key, value)
-        name = path_component(",".join(f"{k.split('.')[-1]}={_fmt(v)}" for k, v in overrides.items()) or "run")
-        out.append(SweepRun(name, overrides, parse(merged, num_devices)))
+        parts = ([f"grid={group}"] if group else []) + [f"{k.split('.')[-1]}={_fmt(v)}" for k, v in overrides.items()]
+        out.append(SweepRun(path_component(",".join(parts) or "run"), overrides, parse(merged, num_devices), group))
+    return out
+
+
+def expand(config, num_devices: int = 1) -> list[SweepRun]:
+    """Every combination of `config.sweep.axes` (dotted key -> list of values), each run validated.
+
+    `config.sweep.grids` (optional, name -> axes) adds further sub-grids over the same base config: their runs
+    follow the main grid's, each named with a leading `grid=<name>,`. Without main axes only the sub-grids run.
+
+    Raises:
+      ConfigError: for an unknown axis key, an empty axis, or any invalid run (before any compute).
+    """
+    values = as_dict(config)
+    sweep = dict(values.get("sweep", {}))
+    unknown = sorted(set(sweep) - {"axes", "vmap", "grids"})
+    if unknown:
+        raise ConfigError(f"unknown key config.sweep.{unknown[0]}; valid keys: axes, vmap, grids")
+    axes = dict(sweep.get("axes", {}))
+    grids = {str(name): dict(g) for name, g in dict(sweep.get("grids", {})).items()}
+    base = {k: v for k, v in values.items() if k != "sweep"}
+    out = _product(base, axes, "", num_devices) if axes or not grids else []
+    for name, grid in grids.items():
+        out += _product(base, grid, name, num_devices)
     return out
 
 
@@ -70,9 +85,12 @@ def summarize(runs: list[SweepRun], workdir: str) -> dict:
     out = []
     for r in runs:
         summary = read_summary(os.path.join(workdir, r.name))
+        if summary is not None:
+            summary = with_unigram(os.path.join(workdir, r.name), r.run, summary)
         out.append(
             {
                 "name": r.name,
+                "group": r.group,
                 "overrides": r.overrides,
                 "status": "done" if summary else "pending",
                 "summary": summary,
@@ -167,26 +185,32 @@ def write_status(runs: list[SweepRun], workdir: str) -> dict:
 
 
 def format_table(result: dict) -> str:
-    """A text table: axis values, outcome, diverged step, final valid nll / accuracy / BLEU."""
+    """A text table: grid, axis values, outcome, diverged step, final valid nll / accuracy / BLEU, and a last
+    line with the unigram level(s) H the outcome "stalled" was judged against (see train.outcomes)."""
     rows = result["runs"]
-    keys = list(rows[0]["overrides"]) if rows else []
-    header = [k.split(".")[-1] for k in keys] + [
-        "outcome",
-        "step",
-        "valid_nll",
-        "valid_acc",
-        "bleu",
-    ]
-    table = [header]
+    keys = list(dict.fromkeys(k for r in rows for k in r["overrides"]))
+    grouped = any(r.get("group") for r in rows)
+    header = (["grid"] if grouped else []) + [k.split(".")[-1] for k in keys]
+    header += ["outcome", "step", "valid_nll", "valid_acc", "bleu"]
+    table, levels = [header], set()
     for r in rows:
         s = r["summary"] or {}
         final = s.get("final", {})
-        cells = [_fmt(r["overrides"][k]) for k in keys]
+        cells = ([r.get("group") or "-"] if grouped else []) + [_fmt(r["overrides"].get(k, "-")) for k in keys]
         cells.append(s.get("outcome", r["status"]))
         cells.append(str(s.get("diverged_step") or s.get("steps", "")))
         for k in ("valid/nll", "valid/accuracy", "valid/bleu"):
             v = final.get(k)
             cells.append("-" if v is None else f"{v:.3f}" if k != "valid/bleu" else f"{v:.1f}")
         table.append(cells)
+        if s.get("unigram_nll") is not None:
+            levels.add((round(s["unigram_nll"], 3), round(s["stall_nll"], 3)))
     widths = [max(len(row[c]) for row in table) for c in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in table)
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in table]
+    if levels:
+        lines.append(
+            "unigram level H = "
+            + ", ".join(f"{h:.3f} (stalled: valid_nll >= {stall:.3f})" for h, stall in sorted(levels))
+            + f" nats per token; stalled = within {STALL_FRACTION:.0%} of H"
+        )
+    return "\n".join(lines)

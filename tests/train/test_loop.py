@@ -14,9 +14,11 @@ from normjax.train.loop import run_job
 def test_tiny_run_lowers_the_loss_and_logs_diagnostics(tmp_path, tiny):
     summary = run_job(parse(tiny(train__diag_every=20)), str(tmp_path), progress=False)
     log = records.read_jsonl(str(tmp_path / "metrics.jsonl"))
-    assert summary["outcome"] == "ok" and summary["steps"] == 40
+    assert summary["steps"] == 40 and summary["diverged_step"] is None
     assert [r["step"] for r in log] == [0, 10, 20, 30, 40]
     initial, final = log[0]["valid/nll"], summary["final"]["valid/nll"]
+    # 40 steps of a d-16 model get about as far as the token frequencies: "stalled" is judged on the unigram level
+    assert summary["outcome"] == ("stalled" if final >= summary["stall_nll"] else "ok")
     assert initial > 0.9 * math.log(json.loads((tmp_path / "config.json").read_text())["model"]["vocab_size"])
     assert final < initial - 1.0
     assert 0 <= summary["final"]["valid/bleu"] <= 100
@@ -63,5 +65,6 @@ def test_byte_level_decoder_lm_trains(tmp_path, tiny):
     )
     summary = run_job(parse(config), str(tmp_path / "run"), progress=False)
     log = records.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
-    assert summary["outcome"] == "ok" and "valid/bleu" not in summary["final"]
+    assert summary["outcome"] == ("stalled" if summary["final"]["valid/nll"] >= summary["stall_nll"] else "ok")
+    assert "valid/bleu" not in summary["final"]
     assert summary["final"]["valid/nll"] < log[0]["valid/nll"] - 1.0

@@ -55,7 +55,8 @@ def test_runs_sharing_shapes_share_one_compiled_step(tmp_path, tiny):
     assert records.read_json(str(tmp_path / "sweep.json")) == result
     finals = {r["summary"]["final"]["train/loss"] for r in result["runs"]}
     assert len(finals) == 8  # every hyperparameter really reached its run
-    assert len(format_table(result).splitlines()) == 9
+    table = format_table(result).splitlines()
+    assert len(table) == 10 and table[-1].startswith("unigram level H = ")  # header, 8 runs, the level
     assert run_sweep(runs, str(tmp_path), progress=False) == result  # rerun: all skipped
 
 
@@ -95,3 +96,16 @@ def test_vmapped_sweep_trains_a_group_with_one_compiled_step(tmp_path, tiny):
     assert len({r["summary"]["final"]["train/loss"] for r in result["runs"]}) == 6
     first = records.read_jsonl(str(tmp_path / runs[0].name / "metrics.jsonl"))
     assert [r["step"] for r in first] == [0, 10]
+
+
+def test_sub_grids_follow_the_main_grid_over_the_same_base(tiny):
+    config = _grid(tiny, {"train.warmup_steps": [0, 5]}, train__lr=2e-3)
+    config["sweep"]["grids"] = {"sgd": {"train.optimizer": ["sgd"], "train.lr": [0.1, 0.3]}}
+    runs = expand(config)
+    assert [r.group for r in runs] == ["", "", "sgd", "sgd"]
+    assert runs[2].name == "grid=sgd,optimizer=sgd,lr=0.1"
+    # the main grid's first values do not leak into a sub-grid: its warmup is the base config's
+    assert [r.run.train.warmup_steps for r in runs] == [0, 5, 10, 10] and runs[0].run.train.lr == 2e-3
+    config["sweep"]["grids"] = {"bad": {"train.lr": []}}
+    with pytest.raises(ConfigError, match=r"config.sweep.grids\['bad'\]"):
+        expand(config)
