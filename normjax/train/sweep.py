@@ -57,9 +57,12 @@ def expand(config, num_devices: int = 1) -> list[SweepRun]:
     """
     values = as_dict(config)
     sweep = dict(values.get("sweep", {}))
-    unknown = sorted(set(sweep) - {"axes", "vmap", "grids"})
+    unknown = sorted(set(sweep) - {"axes", "vmap", "grids", "workers"})
     if unknown:
-        raise ConfigError(f"unknown key config.sweep.{unknown[0]}; valid keys: axes, vmap, grids")
+        raise ConfigError(f"unknown key config.sweep.{unknown[0]}; valid keys: axes, vmap, grids, workers")
+    workers = sweep.get("workers", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ConfigError(f"config.sweep.workers={workers!r} must be an int >= 0 (0: one process per CPU core)")
     axes = dict(sweep.get("axes", {}))
     grids = {str(name): dict(g) for name, g in dict(sweep.get("grids", {})).items()}
     base = {k: v for k, v in values.items() if k != "sweep"}

@@ -71,3 +71,11 @@ def test_choose_workers():
     assert 1 <= choose_workers(0, 100) <= (os.cpu_count() or 1)  # auto on the CPU backend: one per core
     with pytest.raises(ValueError, match="workers must be >= 0"):
         choose_workers(-1, 4)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_a_bad_worker_count_is_a_config_error(tiny, bad):
+    config = tiny()
+    config["sweep"] = {"axes": {"train.lr": [1e-3]}, "workers": bad}
+    with pytest.raises(ConfigError, match="config.sweep.workers"):
+        expand(config)
