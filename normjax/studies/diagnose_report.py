@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from normjax.io import read_json
+from normjax.studies import diagnose_probe
 
 
 def _num(v) -> str:
@@ -92,6 +93,15 @@ def format_table(results: dict, markdown: bool = False) -> str:
             lines += [_aligned(rows[0], widths), "  ".join("-" * w for w in widths)]
             lines += [_aligned(r, widths) for r in rows[1:]]
         lines.append("")
+    probe = results.get("probe")
+    if probe:
+        lines += [diagnose_probe.summary_line(probe, probe["signals"]), ""]
+    else:
+        lines += [
+            "at init only: add --config.probe_steps=30 and the run's --config.train.lr / warmup_steps / schedule / "
+            "optimizer to probe early training (DeepNet's and Xiong et al.'s signals)",
+            "",
+        ]
     lines.append(f"{'### ' if markdown else ''}warnings" + ("" if results["warnings"] else ": none"))
     lines += [f"{'- ' if markdown else '  ! '}{w}" for w in results["warnings"]]
     return "\n".join(lines)
