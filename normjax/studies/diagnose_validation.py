@@ -123,7 +123,7 @@ def format_result(result: dict) -> str:
     for r in result["rows"]:
         sig = r["signals"]
         stacks = "; ".join(
-            f"{s}: ln x{v['ln_growth']:.2f}, collapse x{v['grad_collapse']:.2f}" for s, v in sig["stacks"].items()
+            f"{s}: ln x{v['ln_growth']:.3g}, collapse x{v['grad_collapse']:.3g}" for s, v in sig["stacks"].items()
         )
         verdict = "right" if r["flagged"] == (r["outcome"] in FAILED) else "WRONG"
         lines.append(

@@ -4,14 +4,18 @@ validation reads outcomes (including old summaries) and counts hits and false al
 import json
 import math
 import os
+import re
 
 import pytest
 
+from normjax.experiments import schemas
+from normjax.experiments.configs import diagnose as presets
 from normjax.studies import diagnose_probe, diagnose_validation
-from normjax.train import parse
+from normjax.train import job, parse, tasks
 from normjax.train.config_io import ConfigError
 
 T = diagnose_probe.threshold_values()
+SETUP = dict(task="synthetic", schedule="constant", optimizer="adam", peak_lr_reached=1.0)
 
 
 def tiny_run(**train):
@@ -34,7 +38,14 @@ def record(update=0.5, rms=(1.0, 1.2), bottom=(1.0, 0.9), top=(1.0, 1.0), diverg
         "num_steps": len(rms) - 1,
         "update": [0.0, update],
         "diverged_step": diverged,
-        "stacks": {"decoder": {"ln_input_rms": list(rms), "grad_bottom": list(bottom), "grad_top": list(top)}},
+        "stacks": {
+            "decoder": {
+                "ln_input_rms": list(rms),
+                "path_ln_input_rms": list(rms),
+                "grad_bottom": list(bottom),
+                "grad_top": list(top),
+            }
+        },
         "setup": {"lr": 1e-3, "warmup_steps": 0},
     }
 
@@ -47,7 +58,7 @@ def test_no_warning_below_every_threshold():
     "rec, words",
     [
         (record(update=T["update"]), "output moved"),
-        (record(rms=(1.5, 1.5 * T["ln_growth"])), "norm inputs grew"),
+        (record(rms=(1.5, 1.5 * T["ln_growth"])), "norm inputs on the residual path grew"),
         (record(bottom=(1.0, 1.0 / T["grad_collapse"])), "gradient collapsed"),
         (record(bottom=(1.0, 1.0), top=(1.0, T["grad_collapse"])), "gradient collapsed"),  # relative to the top
         (record(diverged=1), "diverged at step 1"),
@@ -56,6 +67,16 @@ def test_no_warning_below_every_threshold():
 def test_each_warning_fires_at_its_threshold_with_the_numbers(rec, words):
     (warning,) = diagnose_probe.warnings(rec, T)
     assert words in warning and "lr 0.001, warmup 0" in warning
+
+
+def test_norms_off_the_residual_path_do_not_count():
+    """Pre-LN's norm inputs are the stream, which may grow: the residual path bypasses them (no '.post' site)."""
+    rec = record(rms=(1.0, 100.0))
+    rec["stacks"]["decoder"]["path_ln_input_rms"] = [0.0, 0.0]
+    assert diagnose_probe.warnings(rec, T) == []
+    assert "no norm on the residual path" in diagnose_probe.summary_line(
+        rec | {"setup": rec["setup"] | SETUP, "wall_time_s": 1.0}, diagnose_probe.signals(rec)
+    )
 
 
 def test_a_uniform_gradient_drop_is_not_a_collapse():
@@ -128,8 +149,6 @@ def test_validation_counts_hits_misses_and_unfinished_runs(tmp_path):
 
 def test_old_ok_summaries_are_checked_against_the_unigram_level():
     run = parse(tiny_run())
-    from normjax.train import job, tasks
-
     unigram = tasks.unigram_nll(job.prepare(run)[0].train)
     level = (1 - float(diagnose_validation.STALL_FRACTION)) * unigram
     near = {"outcome": "ok", "final": {"valid/nll": level}}
@@ -142,3 +161,26 @@ def test_old_ok_summaries_are_checked_against_the_unigram_level():
 
 def test_hit_rate_of_no_runs_is_nan():
     assert math.isnan(diagnose_validation.hit_rate([])["accuracy"])
+
+
+def quick_config(**changes):
+    config = presets.get_config("quick")
+    for dotted, value in changes.items():
+        section, _, key = dotted.rpartition("__")
+        (config[section] if section else config)[key] = value
+    return config
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"train__lr": 0.0}, "config.train.lr=0.0"),
+        ({"model__arch": "encoder_decoder", "data__task": "bytes_lm"}, "cannot train config.data.task='bytes_lm'"),
+        ({"probe_steps": 200_000}, "config.probe_steps=200000 is longer than the run"),
+        ({"thresholds__grad_collapse": -1.0}, "config.thresholds.grad_collapse=-1.0"),
+    ],
+)
+def test_the_schema_refuses_a_bad_probe_in_one_line(changes, words):
+    schemas.validate("diagnose", quick_config())  # the preset itself is valid (probe off)
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        schemas.validate("diagnose", quick_config(**changes))
