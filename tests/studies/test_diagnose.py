@@ -95,6 +95,14 @@ def test_past_runs_are_read_defensively(tmp_path):
                         "overrides": {"model.placement": "pre", "train.lr": 0.01, "train.warmup_steps": 0},
                         "summary": None,
                     },
+                    {
+                        "overrides": {"model.placement": "post", "train.lr": 0.001, "train.warmup_steps": 0},
+                        "summary": {"outcome": "stalled"},
+                    },
+                    {
+                        "overrides": {"model.placement": "post", "train.lr": 0.0001, "train.warmup_steps": 0},
+                        "summary": {"outcome": "ok"},
+                    },
                 ]
             }
         )
@@ -102,5 +110,6 @@ def test_past_runs_are_read_defensively(tmp_path):
     os.makedirs(tmp_path / "deep_training")
     (tmp_path / "deep_training" / "results.json").write_text("{not json")
     found = diagnose_report.past_runs(str(tmp_path), "post", "layernorm", 12)
-    assert len(found) == 1 and "warmup_ablation" in found[0] and "0.01" in found[0] and "0.003" not in found[0]
+    assert len(found) == 1 and "warmup_ablation" in found[0] and "0.003" not in found[0] and "0.0001" not in found[0]
+    assert "stalled at lr 0.001; diverged at lr 0.01" in found[0]
     assert diagnose_report.past_runs(str(tmp_path), "pre", "layernorm", 12) == []
