@@ -177,6 +177,15 @@ def signals(rec: dict) -> dict:
     return out
 
 
+def _missing(v) -> bool:
+    """None (a nan after a JSON round trip) or nan."""
+    return v is None or bool(np.isnan(v))
+
+
+def _g(v) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
 def _x(v: float) -> str:
     return f"{v:.1f}x" if v < 10 else f"{v:.0f}x" if v < 1000 else f"{v:.2g}x"
 
@@ -184,10 +193,10 @@ def _x(v: float) -> str:
 def summary_line(rec: dict, sig: dict) -> str:
     """What the probe ran and measured, in one line (printed whether or not a warning fires)."""
     s = rec["setup"]
-    growth = lambda v: "no norm on the residual path" if np.isnan(v) else f"residual-path norm inputs {_x(v)}"
-    parts = [f"output update {sig['update']:.3g}x its size"] + [
-        f"{stack}: {growth(v['ln_growth'])}, bottom/top layer gradient {v['bottom_over_top_init']:.3g} -> "
-        f"{v['bottom_over_top_end']:.3g}"
+    growth = lambda v: "no norm on the residual path" if _missing(v) else f"residual-path norm inputs {_x(v)}"
+    parts = [f"output update {_g(sig['update'])}x its size"] + [
+        f"{stack}: {growth(v['ln_growth'])}, bottom/top layer gradient {_g(v['bottom_over_top_init'])} -> "
+        f"{_g(v['bottom_over_top_end'])}"
         for stack, v in sig["stacks"].items()
     ]
     reached = "" if s["peak_lr_reached"] >= 1 else f" (the warmup reached {s['peak_lr_reached']:.0%} of the lr)"

@@ -117,18 +117,22 @@ def validate(folder: str, probe_steps: int, thresholds: dict | None = None) -> d
     return result
 
 
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.3g}"  # None: nan written to JSON (no norm on the residual path)
+
+
 def format_result(result: dict) -> str:
     """One line per run (name, outcome, flagged, the deciding numbers) and the hit rate."""
     lines = []
     for r in result["rows"]:
         sig = r["signals"]
         stacks = "; ".join(
-            f"{s}: ln x{v['ln_growth']:.3g}, collapse x{v['grad_collapse']:.3g}" for s, v in sig["stacks"].items()
+            f"{s}: ln x{_num(v['ln_growth'])}, collapse x{_num(v['grad_collapse'])}" for s, v in sig["stacks"].items()
         )
         verdict = "right" if r["flagged"] == (r["outcome"] in FAILED) else "WRONG"
         lines.append(
             f"{r['name']}: {r['outcome']} ({r['source']}), probe {'flags' if r['flagged'] else 'clears'} it "
-            f"[{verdict}]: update {sig['update']:.3g}; {stacks}"
+            f"[{verdict}]: update {_num(sig['update'])}; {stacks}"
         )
     h, times = result["hit_rate"], np.asarray(result["probe_wall_time_s"], float)
     lines.append(

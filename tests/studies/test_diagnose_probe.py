@@ -10,6 +10,7 @@ import pytest
 
 from normjax.experiments import schemas
 from normjax.experiments.configs import diagnose as presets
+from normjax.io import to_jsonable
 from normjax.studies import diagnose_probe, diagnose_validation
 from normjax.train import job, parse, tasks
 from normjax.train.config_io import ConfigError
@@ -74,9 +75,10 @@ def test_norms_off_the_residual_path_do_not_count():
     rec = record(rms=(1.0, 100.0))
     rec["stacks"]["decoder"]["path_ln_input_rms"] = [0.0, 0.0]
     assert diagnose_probe.warnings(rec, T) == []
-    assert "no norm on the residual path" in diagnose_probe.summary_line(
-        rec | {"setup": rec["setup"] | SETUP, "wall_time_s": 1.0}, diagnose_probe.signals(rec)
-    )
+    sig = json.loads(json.dumps(to_jsonable(diagnose_probe.signals(rec))))  # as results.json holds it: nan -> None
+    assert sig["stacks"]["decoder"]["ln_growth"] is None
+    line = diagnose_probe.summary_line(rec | {"setup": rec["setup"] | SETUP, "wall_time_s": 1.0}, sig)
+    assert "decoder: no norm on the residual path" in line
 
 
 def test_a_uniform_gradient_drop_is_not_a_collapse():
