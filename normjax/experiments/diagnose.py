@@ -1,7 +1,11 @@
 """Per-layer stability table of any model at init: stream, norm inputs, Jacobians, gradients, warnings.
 
   python -m experiments.diagnose --config=experiments/configs/diagnose.py:quick --workdir=results \
-      --config.model.placement=post --config.model.num_layers=12
+      --config.model.placement=post --config.model.num_layers=12 \
+      [--config.probe_steps=30 --config.train.lr=1e-3 --config.train.warmup_steps=0]
+
+With probe_steps > 0 it also trains the model for that many steps as experiments.train would (config.data,
+config.train) and warns on the early model update, LN-input growth and gradient collapse (docs/diagnose.md).
 
 Writes WORKDIR/diagnose/results.json, table.md and diagnose.png, and prints the table. An invalid config
 prints one line naming the key and exits with status 2 before anything is written.

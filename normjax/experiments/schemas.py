@@ -7,6 +7,7 @@ import dataclasses
 import normjax
 from normjax import specs
 from normjax.jacobian.spectral import METHODS
+from normjax.studies import diagnose_probe
 from normjax.train.config_io import ConfigError, did_you_mean
 from normjax.train.config_schema import Spec
 from normjax.train.data_text import byte_vocab
@@ -106,7 +107,18 @@ SCHEMAS: dict[str, dict] = {
         seed=SEED,
         jacobian_method=Spec(str, choices=METHODS),
         jacobian_seq_len=POS,
-        thresholds=dict(grad_ratio=POS_FLOAT, stream_growth=POS_FLOAT, ln_jacobian=POS_FLOAT, block_norm=POS_FLOAT),
+        thresholds=dict(
+            grad_ratio=POS_FLOAT,
+            stream_growth=POS_FLOAT,
+            ln_jacobian=POS_FLOAT,
+            block_norm=POS_FLOAT,
+            update=POS_FLOAT,
+            ln_growth=POS_FLOAT,
+            grad_collapse=POS_FLOAT,
+        ),
+        probe_steps=SEED,  # 0 = no probe training
+        data=None,  # experiments.train's sections: checked by normjax.train.parse (diagnose_probe.run_config)
+        train=None,
     ),
     "grad_norms_at_init": _MODEL
     | dict(
@@ -232,6 +244,12 @@ def _cross_checks(name: str, values: dict) -> None:
             raise ConfigError(
                 f"config.jacobian_seq_len={values['jacobian_seq_len']} is longer than "
                 f"config.seq_len={values['seq_len']}"
+            )
+        probe_run = diagnose_probe.run_config(values)  # the probe's run: ConfigError naming the key
+        if values["probe_steps"] > probe_run.train.num_steps:
+            raise ConfigError(
+                f"config.probe_steps={values['probe_steps']} is longer than the run "
+                f"(config.train.num_steps={probe_run.train.num_steps})"
             )
         return
     _check_specs(name, values)

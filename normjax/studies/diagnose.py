@@ -14,7 +14,7 @@ import normjax
 from normjax import plotting
 from normjax.io import to_jsonable
 from normjax.jacobian import model_jacobians, param_probes, probes, spectral
-from normjax.studies import diagnose_report
+from normjax.studies import diagnose_probe, diagnose_report
 
 FFN_WEIGHTS = ("ffn/fc1/kernel", "ffn/fc2/kernel")
 
@@ -123,6 +123,11 @@ def compute(config, study) -> dict:
     }
     workdir = os.path.dirname(study.path)
     results["warnings"] = diagnose_report.warnings(to_jsonable(results), cfg, dict(config.thresholds), workdir)
+    results["probe"] = None
+    if config.probe_steps:
+        results["probe"] = diagnose_probe.probe(diagnose_probe.run_config(config), config.probe_steps)
+        results["probe"]["signals"] = diagnose_probe.signals(results["probe"])
+        results["warnings"] += diagnose_probe.warnings(results["probe"], dict(config.thresholds))
     return results
 
 

@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from normjax.io import read_json
+from normjax.studies import diagnose_probe
 
 
 def _num(v) -> str:
@@ -92,6 +93,15 @@ def format_table(results: dict, markdown: bool = False) -> str:
             lines += [_aligned(rows[0], widths), "  ".join("-" * w for w in widths)]
             lines += [_aligned(r, widths) for r in rows[1:]]
         lines.append("")
+    probe = results.get("probe")
+    if probe:
+        lines += [diagnose_probe.summary_line(probe, probe["signals"]), ""]
+    else:
+        lines += [
+            "at init only: add --config.probe_steps=30 and the run's --config.train.lr / warmup_steps / schedule / "
+            "optimizer to probe early training (DeepNet's and Xiong et al.'s signals)",
+            "",
+        ]
     lines.append(f"{'### ' if markdown else ''}warnings" + ("" if results["warnings"] else ": none"))
     lines += [f"{'- ' if markdown else '  ! '}{w}" for w in results["warnings"]]
     return "\n".join(lines)
@@ -162,8 +172,15 @@ def _read(path: str):
         return None
 
 
+FAILED = ("stalled", "diverged")  # the training outcomes of a run that did not train
+
+
+def _lr_list(lrs) -> str:
+    return ", ".join(f"{lr:g}" for lr in sorted(lrs))
+
+
 def past_runs(workdir: str, placement: str, norm: str, depth: int) -> list[str]:
-    """Divergences without warmup recorded by warmup_ablation / deep_training under `workdir` for this
+    """Runs without warmup that stalled or diverged in warmup_ablation / deep_training under `workdir` for this
     placement at this depth or shallower; silently nothing when those results are absent or unreadable."""
     out = []
     wa = _read(os.path.join(workdir, "warmup_ablation", "results.json"))
@@ -181,22 +198,22 @@ def past_runs(workdir: str, placement: str, norm: str, depth: int) -> list[str]:
             for r in sweep.get("runs", [])
         ]
     base_depth = ((wa or {}).get("results") or {}).get("model", {}).get("num_layers")
-    lrs = sorted(
-        {
-            r.get("lr")
-            for r in rows
-            if isinstance(r, dict)
+    failed = {outcome: set() for outcome in FAILED}
+    for r in rows:
+        if (
+            isinstance(r, dict)
             and r.get("placement") == placement
             and r.get("warmup") == 0
-            and r.get("outcome") == "diverged"
+            and r.get("outcome") in FAILED
             and (r.get("depth") or base_depth or depth) <= depth
             and r.get("lr") is not None
-        }
-    )
-    if lrs:
+        ):
+            failed[r["outcome"]].add(r["lr"])
+    parts = [f"{outcome} at lr {_lr_list(lrs)}" for outcome, lrs in failed.items() if lrs]
+    if parts:
         out.append(
-            f"{placement} at this depth or shallower diverged without warmup in warmup_ablation "
-            f"(lr {', '.join(f'{lr:g}' for lr in lrs)}): use warmup"
+            f"{placement} at this depth or shallower failed without warmup in warmup_ablation "
+            f"({'; '.join(parts)}): use warmup"
         )
     dt = (_read(os.path.join(workdir, "deep_training", "results.json")) or {}).get("results") or {}
     lr = (dt.get("setup") or {}).get("lr")
@@ -207,11 +224,14 @@ def past_runs(workdir: str, placement: str, norm: str, depth: int) -> list[str]:
         bad = sorted(
             int(d)
             for d, rec in by_depth.items()
-            if str(d).isdigit() and int(d) <= depth and isinstance(rec, dict) and rec.get("diverged_step") is not None
+            if str(d).isdigit()
+            and int(d) <= depth
+            and isinstance(rec, dict)
+            and (rec.get("diverged_step") is not None or rec.get("outcome") in FAILED)
         )
         if bad:
             out.append(
-                f"{placement} diverged without warmup in deep_training at depth {', '.join(map(str, bad))}"
+                f"{placement} stalled or diverged without warmup in deep_training at depth {', '.join(map(str, bad))}"
                 + (f" (lr {lr:g})" if isinstance(lr, int | float) else "")
                 + ": use warmup"
             )

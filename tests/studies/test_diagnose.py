@@ -10,12 +10,12 @@ import ml_collections
 import pytest
 
 import normjax
-from normjax.studies import diagnose, diagnose_report, runner
+from normjax.studies import diagnose, diagnose_probe, diagnose_report, runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def tiny_config(**model):
+def tiny_config(probe_steps=0, **model):
     fields = dict(vocab_size=17, d_model=8, num_heads=2, d_ff=16, num_layers=2, placement="post") | model
     return ml_collections.ConfigDict(
         dict(
@@ -26,7 +26,11 @@ def tiny_config(**model):
             seed=0,
             jacobian_method="auto",
             jacobian_seq_len=3,
-            thresholds=dict(grad_ratio=4.0, stream_growth=4.0, ln_jacobian=0.25, block_norm=10.0),
+            thresholds=dict(grad_ratio=4.0, stream_growth=4.0, ln_jacobian=0.25, block_norm=10.0)
+            | diagnose_probe.threshold_values(),
+            probe_steps=probe_steps,
+            data=dict(task="", seq_len=8, max_bytes=20_000),
+            train=dict(lr=1e-3, schedule="constant", warmup_steps=0, batch_size=2, num_steps=100),
         )
     )
 
@@ -34,7 +38,8 @@ def tiny_config(**model):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("work")
-    return runner.run_study("diagnose", str(workdir), tiny_config(), diagnose.compute, diagnose.plot), workdir
+    config = tiny_config(probe_steps=2)
+    return runner.run_study("diagnose", str(workdir), config, diagnose.compute, diagnose.plot), workdir
 
 
 def test_results_schema_table_and_files(saved):
@@ -47,7 +52,11 @@ def test_results_schema_table_and_files(saved):
     for metric in ("mean_of_norms", "norm_of_mean"):
         assert len(s["ffn_grad"]["ffn/fc2/kernel"][metric]) == 2
     assert isinstance(results["warnings"], list)
+    probe = results["probe"]  # 2 steps of the byte LM (the decoder's task) at lr 1e-3
+    assert probe["step"] == [0, 1, 2] and probe["setup"]["task"] == "bytes_lm" and probe["setup"]["lr"] == 1e-3
+    assert set(probe["signals"]["stacks"]) == {"decoder"}
     text = diagnose_report.format_table(results)
+    assert "probe: 2 steps on bytes_lm at lr 0.001, warmup 0" in text
     assert text.splitlines()[1].split()[:3] == ["layer", "placement", "rms"] and "out" in text
     folder = os.path.join(workdir, "diagnose")
     assert {"results.json", "table.md", "diagnose.png"} <= set(os.listdir(folder))
@@ -86,6 +95,14 @@ def test_past_runs_are_read_defensively(tmp_path):
                         "overrides": {"model.placement": "pre", "train.lr": 0.01, "train.warmup_steps": 0},
                         "summary": None,
                     },
+                    {
+                        "overrides": {"model.placement": "post", "train.lr": 0.001, "train.warmup_steps": 0},
+                        "summary": {"outcome": "stalled"},
+                    },
+                    {
+                        "overrides": {"model.placement": "post", "train.lr": 0.0001, "train.warmup_steps": 0},
+                        "summary": {"outcome": "ok"},
+                    },
                 ]
             }
         )
@@ -93,5 +110,6 @@ def test_past_runs_are_read_defensively(tmp_path):
     os.makedirs(tmp_path / "deep_training")
     (tmp_path / "deep_training" / "results.json").write_text("{not json")
     found = diagnose_report.past_runs(str(tmp_path), "post", "layernorm", 12)
-    assert len(found) == 1 and "warmup_ablation" in found[0] and "0.01" in found[0] and "0.003" not in found[0]
+    assert len(found) == 1 and "warmup_ablation" in found[0] and "0.003" not in found[0] and "0.0001" not in found[0]
+    assert "stalled at lr 0.001; diverged at lr 0.01" in found[0]
     assert diagnose_report.past_runs(str(tmp_path), "pre", "layernorm", 12) == []

@@ -2,6 +2,10 @@
 
   python -m experiments.diagnose --config=experiments/configs/diagnose.py:quick --workdir=results \
       --config.model.placement=post --config.model.num_layers=12
+  # and a 30-step probe training at the run's lr, warmup and optimizer (config.data / config.train: the keys of
+  # experiments.train, e.g. --config.train.lr=1e-3 --config.train.warmup_steps=0 --config.train.schedule=constant)
+  python -m experiments.diagnose --workdir=results --config.model.num_layers=24 --config.probe_steps=30 \
+      --config.train.lr=1e-3 --config.train.warmup_steps=0
 """
 
 import dataclasses
@@ -10,6 +14,7 @@ import ml_collections
 
 import normjax
 from normjax.experiments.configs import preset
+from normjax.studies.diagnose_probe import threshold_values
 from normjax.train import default_config
 
 
@@ -37,7 +42,15 @@ def _base():
             ln_jacobian=0.25,  # ||dN/dz|| below this at some norm: gradients through it shrink 4x or more
             block_norm=10.0,  # a block's Jacobian norm above this: perturbations grow 10x in one block
         )
+        | threshold_values()  # the probe's: update, ln_growth, grad_collapse (justified in diagnose_probe)
     )
+    # The probe: probe_steps updates of config.model trained as experiments.train would train it on config.data
+    # with config.train (vocab and lengths from the data). 0 = off (diagnose then measures the model at init only).
+    c.probe_steps = 0
+    c.data = default_config().data
+    c.data.task = ""  # "" = the arch's task: bytes_lm for a decoder, synthetic for an encoder_decoder
+    c.train = default_config().train
+    c.train.num_steps = 100_000  # the run's length: only the linear and cosine decays read it
     return c
 
 
