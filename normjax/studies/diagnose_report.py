@@ -204,6 +204,7 @@ def past_runs(workdir: str, placement: str, norm: str, depth: int) -> list[str]:
             isinstance(r, dict)
             and r.get("placement") == placement
             and r.get("warmup") == 0
+            and r.get("group", "") in ("", "depth_lr")  # not the optimizer or constant-schedule arms
             and r.get("outcome") in FAILED
             and (r.get("depth") or base_depth or depth) <= depth
             and r.get("lr") is not None

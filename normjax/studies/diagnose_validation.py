@@ -15,24 +15,16 @@ import numpy as np
 from absl import app, flags
 
 from normjax.io import read_json, to_jsonable, write_json
-from normjax.report.rules import Threshold
 from normjax.studies import diagnose_probe
-from normjax.train import job, tasks
+from normjax.train import job, outcomes, tasks
 from normjax.train.config_io import ConfigError, parse
 
 FAILED = ("diverged", "stalled")
-STALL_FRACTION = Threshold(
-    0.10,
-    "a run that summary.json calls 'ok' but whose final valid nll is at or above (1 - 0.10) x H, H the unigram "
-    "entropy of its training targets, has learnt frequencies and next to nothing of the input: stalled. The same "
-    "level as the training engine's own 'stalled' outcome (0.9 H); used only for summaries written before "
-    "training reported that outcome itself",
-)
 
 
 def _label(summary: dict, run) -> tuple[str, str]:
-    """(outcome, where it came from): summary.json's, or, for an old 'ok' summary without a unigram level, this
-    module's stall check (final valid nll at or above (1 - STALL_FRACTION) x the training data's unigram entropy)."""
+    """(outcome, where it came from): summary.json's, or, for an old 'ok' summary without a unigram level, the
+    training engine's stall check (normjax.train.outcomes) applied here."""
     outcome = summary.get("outcome")
     if outcome != "ok" or "unigram_nll" in summary:
         return outcome, "summary.json"
@@ -40,9 +32,11 @@ def _label(summary: dict, run) -> tuple[str, str]:
     unigram = tasks.unigram_nll(job.prepare(run)[0].train)
     if nll is None:
         return None, "summary.json says ok but has no final valid nll to check against the unigram level"
-    level = (1 - float(STALL_FRACTION)) * unigram
-    checked = f"valid nll {nll:.3f} vs stall level {level:.3f} = {1 - float(STALL_FRACTION):g} x unigram, checked here"
-    return ("stalled" if nll >= level else "ok"), checked
+    level = outcomes.stall_level(unigram)
+    checked = (
+        f"valid nll {nll:.3f} vs stall level {level:.3f} = {1 - outcomes.STALL_FRACTION:g} x unigram, checked here"
+    )
+    return outcomes.classify(False, nll, unigram), checked
 
 
 def cells(folder: str) -> tuple[list[dict], list[str]]:

@@ -14,6 +14,7 @@ from normjax.io import to_jsonable
 from normjax.studies import diagnose_probe, diagnose_validation
 from normjax.train import job, parse, tasks
 from normjax.train.config_io import ConfigError
+from normjax.train.outcomes import stall_level
 
 T = diagnose_probe.threshold_values()
 SETUP = dict(task="synthetic", schedule="constant", optimizer="adam", peak_lr_reached=1.0)
@@ -152,7 +153,7 @@ def test_validation_counts_hits_misses_and_unfinished_runs(tmp_path):
 def test_old_ok_summaries_are_checked_against_the_unigram_level():
     run = parse(tiny_run())
     unigram = tasks.unigram_nll(job.prepare(run)[0].train)
-    level = (1 - float(diagnose_validation.STALL_FRACTION)) * unigram
+    level = stall_level(unigram)
     near = {"outcome": "ok", "final": {"valid/nll": level}}
     far = {"outcome": "ok", "final": {"valid/nll": 0.99 * level}}
     assert diagnose_validation._label(near, run)[0] == "stalled"
