@@ -83,7 +83,7 @@ SCHEMAS: dict[str, dict] = {
         divergence_factor=POS_FLOAT,
         divergence_patience=POS,
         divergence_check_every=POS,
-        s7_depths=DEPTHS,
+        s7_depths=Spec(tuple, item=POS, nonempty=False),  # () skips S7
         s7_lrs=Spec(tuple, item=POS_FLOAT),
         s7_warmup=SEED,
         s7_steps=POS,

@@ -119,28 +119,29 @@ def model_update(logits_BTV, logits0_BTV) -> float:
     return float(np.sqrt(np.mean(np.sum(d_BTV**2, axis=-1))))
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _alphas(graphdef, state, tokens_BT):
+    """Per block, <z - G(x), x>/<x, x> at the attention LN input z = alpha x + G(x) (one compile per model shape)."""
+    sp = normjax.probe(nnx.merge(graphdef, state), tokens_BT)[1]["decoder"]
+    return jnp.stack(
+        [
+            jnp.sum((n["attn.post"] - b["attn"]) * x) / jnp.sum(x * x)
+            for x, n, b in zip(sp.streams[:-1], sp.norm_inputs, sp.branch_outputs, strict=True)
+        ]
+    )
+
+
 def deepnorm_init(model, tokens_BT) -> dict:
     """D1 at init: alpha measured per block as <z - G(x), x>/<x, x> at the attention LN input z = alpha x + G(x),
     and the std of each kernel over its Xavier std sqrt(2/(fan_in + fan_out)), pooled over layers."""
     graphdef, state = nnx.split(model)
-
-    @jax.jit
-    def alphas(state, tokens_BT):
-        sp = normjax.probe(nnx.merge(graphdef, state), tokens_BT)[1]["decoder"]
-        return jnp.stack(
-            [
-                jnp.sum((n["attn.post"] - b["attn"]) * x) / jnp.sum(x * x)
-                for x, n, b in zip(sp.streams[:-1], sp.norm_inputs, sp.branch_outputs, strict=True)
-            ]
-        )
-
     layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "decoder")
     ratios, counts = {}, {}
     for name in BETA_KERNELS + UNSCALED_KERNELS:
         w_LIO = np.stack([np.asarray(p[name]) for p in layers])
         ratios[name] = float(w_LIO.std() / math.sqrt(2 / sum(w_LIO.shape[-2:])))
         counts[name] = int(w_LIO.size)
-    return {"alpha": np.asarray(alphas(state, tokens_BT)), "std_over_xavier": ratios, "counts": counts}
+    return {"alpha": np.asarray(_alphas(graphdef, state, tokens_BT)), "std_over_xavier": ratios, "counts": counts}
 
 
 def init_record(model, run: str, tokens_BT) -> dict:
@@ -268,7 +269,7 @@ def _fit_updates(config, summary: dict) -> dict:
 
 def deepnorm_vs_depth(config, study, seeds: list[int], unigram: float) -> dict:
     """S7's DeepNorm half: the largest lr of config.s7_lrs at which Post-LN trains at the shallowest s7 depth
-    (every seed neither diverged nor stalled) under config.s7_warmup, then post and deepnorm at every s7 depth."""
+    (every seed neither diverged nor stalled) under config.s7_warmup, then post and deepnorm at the deeper ones."""
     shallow, kind = min(config.s7_depths), config.s7_schedule
     out = {"schedule": kind, "warmup": config.s7_warmup, "num_steps": config.s7_steps, "lr": None, "candidates": {}}
     out["summary"], out["loss"] = {}, {}
@@ -297,8 +298,8 @@ def deepnorm_vs_depth(config, study, seeds: list[int], unigram: float) -> dict:
             break
     if out["lr"] is None:
         return out
-    for depth in tqdm(sorted(config.s7_depths), desc="deep_training S7", unit="depth"):
-        for run in ("post", "deepnorm"):
+    for depth in tqdm(sorted(config.s7_depths)[1:], desc="deep_training S7", unit="depth"):
+        for run in ("post", "deepnorm"):  # the rule compares both with Post-LN at the shallowest depth
             runs(run, depth, out["lr"])
     return out
 
@@ -329,7 +330,7 @@ def compute(config, study) -> dict:
         results["summary"].setdefault(run, {})[str(depth)] = _by_seed([summarize(rec, config) for rec in recs])
     if len(config.depths) >= 2:
         results["update_fits"] = _fit_updates(config, results["summary"])
-    results["s7"] = deepnorm_vs_depth(config, study, seeds, unigram)
+    results["s7"] = deepnorm_vs_depth(config, study, seeds, unigram) if config.s7_depths else None  # () skips S7
     return results
 
 
@@ -490,6 +491,8 @@ def _last_stream(by_depth: dict) -> tuple[list[int], list[float]]:
 def plot_s7(results: dict, study) -> list[str]:
     """S7: Post-LN and DeepNorm final loss against depth at the lr and warmup that train Post-LN shallow."""
     s7 = results["s7"]
+    if s7 is None:
+        return []
     fig, (ax_d, ax_c) = plotting.figure(ncols=2)
     plotting.mark_unigram(ax_d, results)
     for run, by_depth in s7["summary"].items():

@@ -221,6 +221,8 @@ def failure_chain(results: dict) -> list[dict]:
 
 def deepnorm_depth(results: dict) -> list[dict]:
     s7, unigram = results["s7"], results["unigram_nll"]
+    if s7 is None:  # config.s7_depths = (): not run
+        return []
     prediction = (
         "DeepNorm trains at depths where Post-LN fails with the lr and warmup that train Post-LN at the shallowest "
         "depth (DeepNorm half of S7)"

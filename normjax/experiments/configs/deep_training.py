@@ -18,7 +18,7 @@ def _base():
     c.side_depths = (6,)
     c.d_model, c.num_heads, c.d_ff = 32, 2, 64
     c.seq_len, c.batch_size, c.max_bytes, c.data_seed = 32, 8, 2_000_000, 0
-    c.lr, c.num_steps = 3e-3, 60  # constant lr from step 0: no warmup
+    c.lr, c.num_steps = 3e-3, 50  # constant lr from step 0: no warmup
     c.optimizer, c.b1, c.b2, c.eps = "adam", 0.9, 0.98, 1e-9
     c.early_steps = 10  # the model update is averaged over steps 1..early_steps
     # D2's update is measured by repeating the first early_steps at this small lr: at lr one Adam step already
@@ -27,12 +27,12 @@ def _base():
     c.probe_every = (
         10  # probes (update, LN inputs, layer gradients, streams) every step to early_steps, then this often
     )
-    c.final_window = 10  # final loss = mean train loss of the last steps (each batch seen once)
+    c.final_window = 20  # final loss = mean train loss of the last steps (each batch seen once)
     c.divergence_factor, c.divergence_patience, c.divergence_check_every = 1.5, 10, 10  # loss > 1.5 ln V
     # S7 (DeepNorm half): the largest of s7_lrs at which Post-LN trains at min(s7_depths) with s7_warmup steps of
     # linear warmup then s7_schedule ("constant" reuses the compiled steps of the runs above), then post and
     # deepnorm at every s7 depth with that lr and warmup.
-    c.s7_depths, c.s7_lrs, c.s7_warmup, c.s7_steps, c.s7_schedule = (6, 18), (1e-2, 3e-3), 30, 200, "constant"
+    c.s7_depths, c.s7_lrs, c.s7_warmup, c.s7_steps, c.s7_schedule = (6, 18), (1e-3,), 30, 250, "constant"
     c.seed, c.num_seeds = 0, 3  # seeds seed .. seed + num_seeds - 1: init, dropout and data order
     return c
 
