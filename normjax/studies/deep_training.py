@@ -385,7 +385,7 @@ def plot(results: dict, study) -> list[str]:
         yscale="log",
         xlabel="layers",
         ylabel=r"$\|F(x,\theta_t) - F(x,\theta_0)\|$",
-        title=f"early update, t = 1..{setup['early_steps']} (lr {setup['update_lr']:g}; mean of {n} seeds)",
+        title=f"early update t = 1..{setup['early_steps']}, lr {setup['update_lr']:g} ({n} seeds)",
     )
     depths = sorted({int(d) for r in ("post", "deepnorm") for d in runs.get(r, {})})
     for run in ("post", "deepnorm"):
@@ -404,12 +404,12 @@ def plot(results: dict, study) -> list[str]:
         yscale="log",
         xlabel="step t",
         ylabel="model update",
-        title=f"update vs step, lr {setup['update_lr']:g}, seed {results['seeds'][0]} (darker = deeper)",
+        title=f"update vs step, seed {results['seeds'][0]} (darker = deeper)",
     )
     ax_l.set(
         xlabel="layers",
         ylabel="final train loss (nats/byte)",
-        title=f"final loss at lr {setup['lr']:g}, no warmup (mean of seeds that did not diverge)",
+        title=f"final loss, lr {setup['lr']:g}, no warmup ({n} seeds)",
     )
     if (unigram := plotting.mark_unigram(ax_l, results)) is not None:  # the runs' colours are ax_u's
         ax_l.legend(handles=[unigram], fontsize=6, loc="best")
@@ -462,8 +462,10 @@ def plot_streams(results: dict, study) -> list[str]:
     """S4/R4 in training: ||x_l||^2/d against l at init (dotted) and after training (solid), mean over seeds."""
     summary = results["summary"]
     fig, (ax_l, ax_d) = plotting.figure(ncols=2)
-    for run in [r for r in ("pre", "sandwich") if r in summary]:
-        depth = max(summary[run], key=int)
+    present = [r for r in ("pre", "sandwich") if r in summary]
+    shared = set.intersection(*(set(summary[r]) for r in present)) if present else set()
+    for run in present:  # the left panel at R4's depth: the largest both ran at
+        depth = max(shared or summary[run], key=int)
         per_seed = summary[run][depth]["per_seed"]
         for key, ls in (("stream_ms_init", ":"), ("stream_ms_end", "-")):
             ms = np.mean([s[key] for s in per_seed], axis=0)
