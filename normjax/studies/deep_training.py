@@ -27,7 +27,7 @@ UNSCALED_KERNELS = ("attn/query/kernel", "attn/key/kernel")
 LN_INPUT_LARGE = 3.0  # ||x||/sqrt(d) that counts as ">> sqrt(d)" (D3's rule and the instability figure)
 # A run "stalled" when its final loss is above H(p) - STALL_MARGIN, H(p) the unigram entropy of the training stream
 # (3.13 nats/byte): it learnt little beyond byte frequencies. At :quick the stalled runs (Post-LN, 18 layers, lr
-# 1e-3 after warmup) end at 3.10-3.19, the trained ones at 2.35-2.90 (20-step means; seed to seed +-0.1).
+# 1e-3 after warmup) end at 3.12-3.30, the trained ones at 2.50-2.90 (20-step means; seed to seed about 0.1).
 # Used by compute to pick S7's lr and by the S7 rule.
 STALL_MARGIN = 0.15
 
