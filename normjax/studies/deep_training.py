@@ -1,6 +1,4 @@
-"""deep_training: early model update, LN-input growth and gradient vanishing vs depth without warmup (D1-D3), stream
-growth in training (S4, R4), T-Fixup and DyT without warmup (R3, R6), and DeepNorm where Post-LN fails with depth at
-the lr and warmup that train it at the shallowest depth (S7), every run over config.num_seeds seeds."""
+"""deep_training: Post-LN, DeepNorm and others trained across depth and seeds (D1-D3, S4/R4 in training, S7, R3, R6)."""
 
 from __future__ import annotations
 
