@@ -162,11 +162,12 @@ def test_runs_in_its_paper_studies(tmp_path):
             runs=("ngpt",), depths=(2,), side_runs=(), side_depths=(), d_model=16, num_heads=2, d_ff=32, seq_len=16,
             batch_size=4, max_bytes=100_000, data_seed=0, lr=3e-3, num_steps=4, update_lr=1e-4, optimizer="adam",
             b1=0.9, b2=0.98, eps=1e-9, early_steps=2, probe_every=2, final_window=2, divergence_factor=1.5,
-            divergence_patience=10, divergence_check_every=10, seed=0,
+            divergence_patience=10, divergence_check_every=10, s7_depths=(), s7_lrs=(1e-3,), s7_warmup=0, s7_steps=4,
+            s7_schedule="constant", seed=0, num_seeds=1,
         )
     )  # fmt: skip
     rec = runner.run_study("deep_training", str(tmp_path), deep, deep_training.compute, deep_training.plot)["results"]
-    rec = rec["runs"]["ngpt"]["2"]
+    rec = rec["runs"]["ngpt"]["2"][0]  # the one seed
     assert rec["diverged_step"] is None and np.isfinite(rec["loss"]).all()
 
 

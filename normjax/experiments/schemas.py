@@ -86,7 +86,13 @@ SCHEMAS: dict[str, dict] = {
         divergence_factor=POS_FLOAT,
         divergence_patience=POS,
         divergence_check_every=POS,
+        s7_depths=Spec(tuple, item=POS, nonempty=False),  # () skips S7
+        s7_lrs=Spec(tuple, item=POS_FLOAT),
+        s7_warmup=SEED,
+        s7_steps=POS,
+        s7_schedule=Spec(str, choices=("constant", "inverse_sqrt")),  # linear warmup, then lr or lr sqrt(w/t)
         seed=SEED,
+        num_seeds=POS,
     ),
     "depth_scaling": _MODEL
     | dict(
@@ -254,11 +260,14 @@ def _cross_checks(name: str, values: dict) -> None:
         return
     _check_specs(name, values)
     if name == "deep_training":
-        for key in ("early_steps", "final_window"):
-            if values[key] > values["num_steps"]:
-                raise ConfigError(
-                    f"config.{key}={values[key]} is longer than the run (config.num_steps={values['num_steps']})"
-                )
+        for key, steps in (("early_steps", "num_steps"), ("final_window", "num_steps"), ("final_window", "s7_steps")):
+            if values[key] > values[steps]:
+                raise ConfigError(f"config.{key}={values[key]} is longer than the run (config.{steps}={values[steps]})")
+        if values["s7_warmup"] >= values["s7_steps"]:
+            raise ConfigError(
+                f"config.s7_warmup={values['s7_warmup']} leaves no step at the peak lr (config.s7_steps="
+                f"{values['s7_steps']})"
+            )
     _model(values, num_layers=1, placement="pre", max_len=max(values.get("seq_len", 8), 8))
     if name in ("amplification", "depth_scaling") and len(set(values["depths"])) < 2:
         raise ConfigError(
@@ -298,6 +307,7 @@ def largest_model(name: str, values: dict) -> tuple[normjax.ModelConfig, int, in
     if name == "diagnose":
         return normjax.ModelConfig(**values["model"]), values["batch_size"], seq_len
     depths = tuple(values.get("depths", ())) + tuple(values.get("side_depths", ())) + (values.get("num_layers", 1),)
+    depths += tuple(values.get("s7_depths", ()))  # deep_training's S7 runs
     vocab = {"vocab_size": len(byte_vocab())}  # deep_training's byte LM
     cfg = _model(vocab | values, arch="decoder", num_layers=max(depths), placement="pre", max_len=max(seq_len, 8))
     return cfg, values.get("batch_size", 1), seq_len

@@ -1,4 +1,4 @@
-"""deep_training presets.
+"""deep_training presets (every preset trains each run at num_seeds >= 3 seeds).
 
 python -m experiments.deep_training --config=experiments/configs/deep_training.py:quick --workdir=results
 """
@@ -10,23 +10,41 @@ from normjax.specs import study_specs
 
 
 def _base():
+    """`:quick`, the base of the others: DeepNet Fig. 5's 2 heads at d 32 (about 140 CPU seconds)."""
     c = ml_collections.ConfigDict()
     c.runs = ("post", "pre", "deepnorm")  # trained at every depth; specs as in normjax.specs ("pre:dyt")
-    c.depths = (6, 12, 24)
-    c.side_runs = ("tfixup", "pre:dyt")  # R3, R6: compared with pre at side_depths
+    c.depths = (6, 18)
+    c.side_runs = ("tfixup", "pre:dyt", "sandwich")  # R3, R6 vs pre; sandwich's stream vs pre's (R4)
     c.side_depths = (6,)
-    c.d_model, c.num_heads, c.d_ff = 64, 2, 128  # DeepNet Fig. 5's 64-128-2
-    c.seq_len, c.batch_size, c.max_bytes, c.data_seed = 64, 16, 2_000_000, 0
+    c.d_model, c.num_heads, c.d_ff = 32, 2, 64
+    c.seq_len, c.batch_size, c.max_bytes, c.data_seed = 32, 8, 2_000_000, 0
     c.lr, c.num_steps = 3e-3, 50  # constant lr from step 0: no warmup
     c.optimizer, c.b1, c.b2, c.eps = "adam", 0.9, 0.98, 1e-9
     c.early_steps = 10  # the model update is averaged over steps 1..early_steps
     # D2's update is measured by repeating the first early_steps at this small lr: at lr one Adam step already
     # changes F(x) by about ||F(x)|| for every placement, which hides any dependence on depth.
     c.update_lr = 1e-4
-    c.probe_every = 10  # probes (update, LN inputs, layer gradients) every step up to early_steps, then this often
-    c.final_window = 10  # final loss = mean train loss of the last steps (each batch seen once)
+    c.probe_every = (
+        10  # probes (update, LN inputs, layer gradients, streams) every step to early_steps, then this often
+    )
+    c.final_window = 20  # final loss = mean train loss of the last steps (each batch seen once)
     c.divergence_factor, c.divergence_patience, c.divergence_check_every = 1.5, 10, 10  # loss > 1.5 ln V
-    c.seed = 0
+    # S7 (DeepNorm half): the largest of s7_lrs at which Post-LN trains at min(s7_depths) with s7_warmup steps of
+    # linear warmup then s7_schedule ("constant" reuses the compiled steps of the runs above), then post and
+    # deepnorm at every s7 depth with that lr and warmup.
+    c.s7_depths, c.s7_lrs, c.s7_warmup, c.s7_steps, c.s7_schedule = (6, 18), (1e-3,), 30, 300, "constant"
+    c.seed, c.num_seeds = 0, 3  # seeds seed .. seed + num_seeds - 1: init, dropout and data order
+    return c
+
+
+def _standard():
+    """The committed CPU report (about 16 CPU minutes, estimated from timed pieces; 7x quick)."""
+    c = _base()
+    c.depths = (6, 12, 24)
+    c.side_depths = (6, 24)
+    c.seq_len, c.batch_size = 64, 16
+    c.num_steps = 100
+    c.s7_depths, c.s7_lrs, c.s7_warmup, c.s7_steps = (6, 18, 36), (3e-3, 1e-3), 50, 250
     return c
 
 
@@ -34,11 +52,15 @@ def _paper():
     c = _base()
     c.runs = study_specs("deep_training")  # registry placements and option variants
     c.depths = (6, 12, 18, 24, 50, 100)
-    c.side_runs, c.side_depths = ("pre:dyt",), (6, 24, 100)
+    c.side_runs, c.side_depths = ("pre:dyt", "sandwich"), (6, 24, 100)
+    c.d_model, c.d_ff = 64, 128  # DeepNet Fig. 5's 64-128-2
     c.lr, c.num_steps, c.batch_size, c.seq_len = 5e-4, 2000, 64, 128
     c.early_steps, c.probe_every, c.final_window = 100, 50, 100
+    c.s7_depths, c.s7_lrs, c.s7_warmup, c.s7_steps = (6, 18, 36, 50, 100), (3e-3, 1e-3, 5e-4), 500, 5000
+    c.s7_schedule = "inverse_sqrt"
+    c.num_seeds = 5
     return c
 
 
 def get_config(arg: str = "quick"):
-    return preset(arg, {"quick": _base, "paper": _paper})
+    return preset(arg, {"quick": _base, "standard": _standard, "paper": _paper})
