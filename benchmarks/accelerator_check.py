@@ -104,7 +104,8 @@ def train_step_command(size: str, machine: dict, out: str) -> tuple[list[str], s
 
 
 def sweep_command(size: str, out: str) -> list[str]:
-    return ["-m", "benchmarks.sweep", f"--json_out={out}", *(_TINY_SWEEP if size == "tiny" else [])]
+    modes = "--modes=plain,engine"  # worker processes would share the one accelerator
+    return ["-m", "benchmarks.sweep", modes, f"--json_out={out}", *(_TINY_SWEEP if size == "tiny" else [])]
 
 
 def ablation_command(size: str, steps: int, iwslt: str, workdir: str) -> tuple[list[str], str]:
