@@ -40,8 +40,9 @@ def test_tiny_check_writes_every_phase(tmp_path):
 
     cells = phases["ablation"]["rows"]
     assert len(cells) == 12  # the :paper grid: 2 placements x 2 lrs x 3 warmups
-    done = [(c["placement"], c["lr"], c["warmup"], c["steps"]) for c in cells if c["outcome"] == "ok"]
+    done = [(c["placement"], c["lr"], c["warmup"], c["steps"]) for c in cells if c["outcome"] != "not done"]
     assert done == [("post", 5e-4, 0, 4)]  # --shard=0/12 trains the first cell only
+    assert cells[0]["outcome"] in ("ok", "stalled")  # 4 steps of a tiny model may not leave the unigram level
     assert all(c["outcome"] == "not done" for c in cells[1:])
 
     table = (out / "accelerator_check.md").read_text()
