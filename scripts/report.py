@@ -11,7 +11,12 @@ from normjax.io import WorkdirError
 from normjax.report.build import build_report
 
 _WORKDIR = flags.DEFINE_string("workdir", "results", "Folder holding <experiment>/results.json.")
-_WALL_TIME = flags.DEFINE_float("wall_time_s", None, "Wall time of the whole run, for the header (reproduce.sh).")
+_WALL_TIME = flags.DEFINE_float(
+    "wall_time_s",
+    None,
+    "Wall time of the whole run, for the header (reproduce.sh passes its own: a resumed run's earlier "
+    "invocations are not in it).",
+)
 
 
 def main(argv):

@@ -145,7 +145,7 @@ def build_report(workdir: str, wall_time_s: float | None = None) -> str:
     if wall_time_s is None:
         wall = f"{sum(s.get('wall_time_s') or 0 for s in studies.values()) / 60:.0f} min of study wall time"
     else:
-        wall = f"the run that built it took {wall_time_s / 60:.1f} min; studies an earlier run finished not counted"
+        wall = f"wall time {wall_time_s / 60:.1f} min"
     lines = [
         "# normjax report: where should the norm sit?",
         "",

@@ -185,7 +185,8 @@ def warmup_sensitivity(results: dict) -> dict:
     measured = (
         f"Post-LN fails and Pre-LN trains without warmup at {where}"
         + (f"; the reverse at {', '.join(f'L={d} lr {lr:g}' for d, lr in contrary)}" if contrary else "")
-        + f"; warmup {longest} rescues Post-LN at lr {', '.join(f'{lr:g}' for lr in rescued) or 'none'}"
+        + f"; warmup {longest} rescues Post-LN at "
+        + (f"lr {', '.join(f'{lr:g}' for lr in rescued)}" if rescued else "no lr of the grid")
         + (f" ({'; '.join(tried)})" if tried else " (Post-LN trains without warmup at every main-grid lr)")
         + f". {'. '.join(detail)}. Critical lr without warmup: {crit_text}"
         + (f". Post-LN without warmup, other arms: {'; '.join(arms)}" if arms else "")
