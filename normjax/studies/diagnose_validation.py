@@ -10,6 +10,7 @@ the hit rate and one row per run are printed and written to DIR/diagnose_validat
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 from absl import app, flags
@@ -39,11 +40,14 @@ def _label(summary: dict, run) -> tuple[str, str]:
     return outcomes.classify(False, nll, unigram), checked
 
 
-def cells(folder: str) -> tuple[list[dict], list[str]]:
-    """([{name, overrides, outcome, source, run}] of every finished run, [runs not finished or not labelled])."""
+def cells(folder: str, match: str = "") -> tuple[list[dict], list[str]]:
+    """([{name, overrides, outcome, source, run}] of every finished run whose name `match` (a regex) finds,
+    [runs not finished or not labelled])."""
     sweep = read_json(os.path.join(folder, "sweep.json"))
     out, skipped = [], []
     for entry in sweep["runs"]:
+        if not re.search(match, entry["name"]):
+            continue
         summary = entry.get("summary")
         if not summary:
             skipped.append(entry["name"])
@@ -80,10 +84,11 @@ def hit_rate(rows: list[dict]) -> dict:
     }
 
 
-def validate(folder: str, probe_steps: int, thresholds: dict | None = None) -> dict:
-    """Probes every finished run of the sweep in `folder`; returns (and writes) the rows and the hit rate."""
+def validate(folder: str, probe_steps: int, thresholds: dict | None = None, match: str = "") -> dict:
+    """Probes every finished run of the sweep in `folder` (those whose name the regex `match` finds); returns (and
+    writes) the rows and the hit rate."""
     thresholds = thresholds or diagnose_probe.threshold_values()
-    found, skipped = cells(folder)
+    found, skipped = cells(folder, match)
     rows = []
     for cell in found:
         rec = diagnose_probe.probe(cell.pop("run"), probe_steps)
@@ -101,6 +106,7 @@ def validate(folder: str, probe_steps: int, thresholds: dict | None = None) -> d
         )
     result = {
         "probe_steps": probe_steps,
+        "match": match,
         "thresholds": thresholds,
         "hit_rate": hit_rate(rows),
         "rows": rows,
@@ -141,11 +147,12 @@ def format_result(result: dict) -> str:
 
 _SWEEP = flags.DEFINE_string("sweep", None, "A finished sweep folder (DIR/sweep.json).")
 _STEPS = flags.DEFINE_integer("probe_steps", 30, "Probe training steps per run.", lower_bound=1)
+_MATCH = flags.DEFINE_string("match", "", "Probe only the runs whose name this regex finds (e.g. 'seed=0').")
 
 
 def main(argv) -> None:
     del argv
-    print(format_result(validate(_SWEEP.value, _STEPS.value)))
+    print(format_result(validate(_SWEEP.value, _STEPS.value, match=_MATCH.value)))
 
 
 if __name__ == "__main__":

@@ -148,6 +148,7 @@ def test_validation_counts_hits_misses_and_unfinished_runs(tmp_path):
     assert os.path.exists(tmp_path / "diagnose_validation.json")
     text = diagnose_validation.format_result(result)
     assert "flags 0 of 1 stalled or diverged runs, clears 1 of 1 trained runs (accuracy 50% over 2 runs)" in text
+    assert [c["name"] for c in diagnose_validation.cells(str(tmp_path), match="^stall")[0]] == ["stalled"]
 
 
 def test_old_ok_summaries_are_checked_against_the_unigram_level():
