@@ -73,7 +73,7 @@ def test_shards_in_one_folder_merge_into_the_unsharded_results(tmp_path):
                 proc.kill()
     merged, reference = read_json(sharded / "results.json"), read_json(single / "results.json")
     assert merged["config"] == reference["config"]
-    assert merged["results"] == reference["results"]  # curves, finals, verdicts: equal, not just close
+    assert merged["results"] == reference["results"]  # curves, finals, numbers: equal, not just close
     assert len(merged["results"]["runs"]) == 4
     for run in merged["results"]["runs"]:
         assert run["outcome"] in ("ok", "stalled")  # 4 steps: not diverged; stalled at the unigram level is fine
