@@ -101,7 +101,11 @@ CASES = [
     ("grad_norms_at_init", ["--config.archs=gpt"], ["config.archs[0]='gpt'"]),
     ("jacobian_spectrum", ["--config.resolution=nan"], ["config.resolution=nan"]),
     ("jacobian_spectrum", ["--config.placements=peri_ln+embedding_norm"], ["peri_ln+embedding_norm", "already"]),
-    ("jacobian_spectrum", ["--config.placements=pre,resi_dual"], ["config.placements[1]='resi_dual'", "two"]),
+    (
+        "jacobian_spectrum",
+        ["--config.placements=pre,resi_dual", "--config.exact_max_n=16"],  # the matrix-free regime
+        ["config.placements[1]='resi_dual'", "two"],
+    ),
     ("hidden_norms", ["--config.placements=pre,ngpt"], ["config.placements[1]='ngpt'", "theory=True"]),
     ("grad_norms_at_init", ["--config.placements=ngpt"], ["config.placements[0]='ngpt'", "encoder_decoder"]),
     ("grad_norms_at_init", ["--config.placements=hybrid+qk_norm"], ["config.placements[0]='hybrid+qk_norm'"]),

@@ -206,7 +206,7 @@ def _model(values: dict, **fields) -> normjax.ModelConfig:
 def _check_specs(name: str, values: dict) -> None:
     """Every model spec of the study parses (`normjax.specs`): one line naming the key, the entry and why not.
 
-    jacobian_spectrum refuses ResiDual: its d x_L / d x_l products take one residual stream (docs/placements.md).
+    jacobian_spectrum refuses ResiDual beyond its exact size: the matrix-free products take one residual stream.
     """
     for key in SPEC_KEYS.get(name, ()):
         for i, text in enumerate(values[key]):
@@ -214,10 +214,12 @@ def _check_specs(name: str, values: dict) -> None:
                 spec = specs.parse(text)
             except ValueError as e:
                 raise ConfigError(f"config.{key}[{i}]={text!r} is invalid: {e}") from None
-            if name == "jacobian_spectrum" and normjax.registry.get(spec.placement).dual_stream:
+            matrix_free = values.get("seq_len", 0) * values.get("d_model", 0) > values.get("exact_max_n", 0)
+            if name == "jacobian_spectrum" and normjax.registry.get(spec.placement).dual_stream and matrix_free:
                 raise ConfigError(
-                    f"config.{key}[{i}]={text!r} is invalid: jacobian_spectrum's d x_L / d x_l take one residual "
-                    f"stream and {spec.placement} carries two (see docs/placements.md)"
+                    f"config.{key}[{i}]={text!r} is invalid here: {spec.placement} carries two residual streams, "
+                    "which jacobian_spectrum measures exactly (seq_len * d_model <= exact_max_n) but not with its "
+                    "matrix-free methods (see docs/placements.md)"
                 )
             for fields in _study_model_fields(name, values):  # e.g. ngpt: no encoder_decoder, no theory setting
                 try:

@@ -58,25 +58,38 @@ def _inputs(config, seed: int):
 
 
 def measure_exact(model, tokens_BT, floor: float) -> dict:
-    """Exact per-block Jacobians J_l and every product d x_L / d x_l = J_{L-1} ... J_l (float64)."""
-    streams, J_LNN = [normjax.embed(model, *tokens_BT, STACK)[0]], []
+    """Exact per-block Jacobians J_l and every product d x_L / d x_l = J_{L-1} ... J_l (float64).
+
+    A ResiDual stack's state is the pair (x_l, d_l) (`normjax.DualStream`): its J_l are 2n x 2n, the products
+    d (x_L, d_L) / d (x_l, d_l), and the input-output Jacobian is d (x_L, d_L) / d x_0 = P_0 [I; I] (2n x n:
+    both streams start at x_0), compared with [I; I] for the identity check.
+    """
+    x0 = normjax.embed(model, *tokens_BT, STACK)[0]
+    dual = model.stacks[STACK].dual
+    states, J_LNN = [normjax.DualStream(x0, x0) if dual else x0], []
     for l in range(normjax.num_blocks(model, STACK)):  # x_{l+1} = block_l(x_l) comes with J_l
         f = normjax.block_fn(model, l, STACK)  # every block shares one compiled program
-        J_LNN.append(np.asarray(jacobian.jacobian(f, streams[-1])))
-        streams.append(jacobian.evaluate(f, streams[-1]))
+        J_LNN.append(np.asarray(jacobian.jacobian(f, states[-1])))
+        states.append(jacobian.evaluate(f, states[-1]))
     P_NN, svs = np.eye(J_LNN[0].shape[0]), []
     for J in reversed(J_LNN):
         P_NN = P_NN @ J
         svs.append(np.linalg.svd(P_NN, compute_uv=False))
     e2e = [spectrum_stats(s, floor) for s in svs[::-1]]
+    identity = np.eye(x0.size)
+    identity = np.vstack([identity, identity]) if dual else identity
+    io_NM = P_NN @ identity if dual else P_NN
+    io_sv = np.linalg.svd(io_NM, compute_uv=False) if dual else svs[-1]
+    last = jnp.stack([states[-1].x, states[-1].d]) if dual else states[-1]
     return {
         "block_norm": [np.linalg.norm(J, 2) for J in J_LNN],
         "e2e": {k: [r[k] for r in e2e] for k in e2e[0]},
-        "io_sv": svs[-1],
-        "io": e2e[0],
-        "max_abs_J_minus_I": float(np.max(np.abs(P_NN - np.eye(len(P_NN))))),
-        "max_abs_xL_minus_x0": float(jnp.max(jnp.abs(streams[-1] - streams[0]))),
+        "io_sv": io_sv,
+        "io": spectrum_stats(io_sv, floor) if dual else e2e[0],
+        "max_abs_J_minus_I": float(np.max(np.abs(io_NM - identity))),
+        "max_abs_xL_minus_x0": float(jnp.max(jnp.abs(last - x0))),
         "exact": True,
+        "state": "pair (x, d)" if dual else "x",
     }
 
 

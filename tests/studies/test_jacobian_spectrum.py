@@ -89,6 +89,20 @@ def test_block_product_equals_stack_jacobian(x64):
     np.testing.assert_allclose(measured["block_norm"][1], float(block1), rtol=1e-10)
 
 
+def test_resi_dual_io_jacobian_is_the_stack_jacobian_of_the_pair(x64):
+    """ResiDual's state is (x, d) and both start at x_0: the block products give d (x_L, d_L) / d x_0 exactly."""
+    config = tiny_config()
+    model = normjax.Transformer(jacobian_spectrum.model_config(config, "resi_dual", 2), rngs=nnx.Rngs(0))
+    tokens = (jax.random.randint(jax.random.key(1000), (1, 3), 0, 17),)
+    measured = jacobian_spectrum.measure_exact(model, tokens, 1e-12)
+    x0 = normjax.embed(model, *tokens, "encoder")[0]
+    stack = normjax.stack_fn(model, stack="encoder")
+    direct = normjax.jacobian.singular_values(lambda x: stack(normjax.DualStream(x, x)), x0, method="exact")
+    assert len(measured["io_sv"]) == x0.size and measured["state"] == "pair (x, d)"
+    np.testing.assert_allclose(measured["io_sv"], np.asarray(direct), rtol=1e-10, atol=1e-12)
+    assert len(measured["e2e"]["max"]) == 2 and measured["max_abs_J_minus_I"] > 0  # not the identity
+
+
 @pytest.mark.slow
 def test_matrix_free_path_matches_exact(x64):
     config = tiny_config(exact_max_n=0, top_k=3)

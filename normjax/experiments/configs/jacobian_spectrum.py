@@ -25,7 +25,7 @@ def _quick():
 
 def _standard():
     c = _quick()
-    c.placements = ("post", "pre", "rezero", "deepnorm", "admin")
+    c.placements = ("post", "pre", "rezero", "deepnorm", "admin", "resi_dual")  # resi_dual: the pair (x, d)
     c.depths = (4, 12, 32, 64)
     c.num_seeds = 5
     return c
