@@ -333,8 +333,9 @@ _ENTRIES = (
         source="NVIDIA/ngpt (commit ed19eb2) model.py lines 86-100 (alpha, s_qk, s_uv), 128-135 (q/k, softmax "
         "scale), 144-153 and 168-177 (updates), 158-164 (MLP), 239-241 and 284-285 (s_z); train.py lines 128 "
         "(base_scale), 394-411 (normalize_matrices)",
-        # hidden_norms' theory setting and grad_norms_at_init's encoder-decoder are refused by ngpt's config
-        studies=("jacobian_spectrum", "deep_training"),
+        # hidden_norms' theory setting and grad_norms_at_init's encoder-decoder leave it out (its config refuses
+        # them); it is measured in the real setting and the decoder / encoder-only models
+        studies=("hidden_norms", "jacobian_spectrum", "grad_norms_at_init", "deep_training"),
         post_update=init.hypersphere_normalize,
     ),
 )

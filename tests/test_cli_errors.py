@@ -106,8 +106,16 @@ CASES = [
         ["--config.placements=pre,resi_dual", "--config.exact_max_n=16"],  # the matrix-free regime
         ["config.placements[1]='resi_dual'", "two"],
     ),
-    ("hidden_norms", ["--config.placements=pre,ngpt"], ["config.placements[1]='ngpt'", "theory=True"]),
-    ("grad_norms_at_init", ["--config.placements=ngpt"], ["config.placements[0]='ngpt'", "encoder_decoder"]),
+    (
+        "hidden_norms",
+        ["--config.placements=pre,ngpt", "--config.settings=theory"],  # nGPT is measured in the real setting only
+        ["config.placements[1]='ngpt'", "theory=True"],
+    ),
+    (
+        "grad_norms_at_init",
+        ["--config.placements=ngpt", "--config.archs=encoder_decoder"],  # nGPT: decoder and encoder only
+        ["config.placements[0]='ngpt'", "encoder_decoder"],
+    ),
     ("grad_norms_at_init", ["--config.placements=hybrid+qk_norm"], ["config.placements[0]='hybrid+qk_norm'"]),
     ("ln_jacobian", ["--config.placements=pre+qk_norm"], ["config.placements[0]='pre+qk_norm'"]),
     ("amplification", ["--config.kinds=bogus"], ["config.kinds[0]='bogus'"]),

@@ -9,7 +9,7 @@ from flax import nnx
 
 import normjax
 from normjax import init
-from normjax.studies import deep_training, jacobian_spectrum, runner
+from normjax.studies import deep_training, grad_norms_at_init, hidden_norms, jacobian_spectrum, runner
 from normjax.train import steps
 
 
@@ -175,3 +175,23 @@ def test_has_no_norm_sites_for_the_layernorm_tools():
     model = _model()
     _, probes = normjax.probe(model, jnp.ones((1, 4), jnp.int32))
     assert all(not sites for sites in probes["decoder"].norm_inputs) and probes["decoder"].final_norm_input is None
+
+
+def test_hidden_norms_and_grad_norms_measure_it_where_it_builds_and_say_where_not(tmp_path):
+    """nGPT has no theory setting (its weights are unit-norm) and no encoder-decoder: those cells are left out
+    and named in the results, the others are measured."""
+    hidden = ml_collections.ConfigDict(
+        dict(placements=("pre", "ngpt"), settings=("theory", "real"), vocab_size=17, d_model=16, num_heads=2,
+             d_ff=32, num_layers=2, batch_size=2, seq_len=4, seed=0, num_seeds=1)
+    )  # fmt: skip
+    rec = runner.run_study("hidden_norms", str(tmp_path), hidden, hidden_norms.compute, hidden_norms.plot)["results"]
+    assert set(rec["runs"]["real"]) == {"pre", "ngpt"} and set(rec["runs"]["theory"]) == {"pre"}
+    assert list(rec["skipped_in_theory"]) == ["ngpt"]
+    grads = ml_collections.ConfigDict(
+        dict(archs=("encoder_decoder", "encoder"), placements=("pre", "ngpt"), vocab_size=17, d_model=16,
+             num_heads=2, d_ff=32, num_layers=2, batch_size=2, seq_len=4, num_batches=2, seed=0, num_seeds=1)
+    )  # fmt: skip
+    study = grad_norms_at_init
+    rec = runner.run_study("grad_norms_at_init", str(tmp_path), grads, study.compute, study.plot)["results"]
+    assert set(rec["runs"]["encoder"]) == {"pre", "ngpt"} and set(rec["runs"]["encoder_decoder"]) == {"pre"}
+    assert list(rec["skipped"]["encoder_decoder"]) == ["ngpt"]

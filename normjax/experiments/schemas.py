@@ -221,20 +221,35 @@ def _check_specs(name: str, values: dict) -> None:
                     "which jacobian_spectrum measures exactly (seq_len * d_model <= exact_max_n) but not with its "
                     "matrix-free methods (see docs/placements.md)"
                 )
-            for fields in _study_model_fields(name, values):  # e.g. ngpt: no encoder_decoder, no theory setting
-                try:
-                    normjax.ModelConfig(**(fields | spec.fields))
-                except (TypeError, ValueError) as e:
-                    raise ConfigError(f"config.{key}[{i}]={text!r} cannot be measured by {name}: {e}") from None
+            _check_buildable(name, key, i, text, spec, values)
 
 
 def _study_model_fields(name: str, values: dict) -> list[dict]:
-    """The ModelConfig fields (besides the spec's) of the models a study builds for every spec."""
+    """The ModelConfig fields (besides the spec's) of the models a study would build for every spec: one per
+    architecture of grad_norms_at_init, one per setting of hidden_norms (real: the study's own config)."""
     if name == "grad_norms_at_init":
         return [{"arch": arch} for arch in values["archs"]]
-    if name == "hidden_norms" and "theory" in values["settings"]:
-        return [{"arch": "encoder", "num_heads": 1, "theory": True}]
+    if name == "hidden_norms":
+        theory = {"arch": "encoder", "num_heads": 1, "theory": True}
+        return [theory if setting == "theory" else {"arch": "encoder"} for setting in values["settings"]]
     return []
+
+
+def _check_buildable(name: str, key: str, i: int, text: str, spec, values: dict) -> None:
+    """A spec the study can build in at least one of its architectures or settings (the others are left out of
+    the results, visibly, e.g. nGPT: no encoder-decoder, no theory setting); in none is an error.
+
+    Raises:
+      ConfigError: naming the entry and why the first architecture or setting refused it.
+    """
+    errors = []
+    for fields in _study_model_fields(name, values):
+        try:
+            normjax.ModelConfig(**(fields | spec.fields))
+        except (TypeError, ValueError) as e:
+            errors.append(e)
+    if errors and len(errors) == len(_study_model_fields(name, values)):
+        raise ConfigError(f"config.{key}[{i}]={text!r} cannot be measured by {name}: {errors[0]}") from None
 
 
 def _cross_checks(name: str, values: dict) -> None:

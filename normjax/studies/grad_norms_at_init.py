@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from absl import logging
 from flax import nnx
 from tqdm import tqdm
 
@@ -68,10 +69,26 @@ def _aggregate(runs: list[dict]) -> dict:
     return out
 
 
+def unbuildable(config) -> dict[str, dict[str, str]]:
+    """{arch: {placement: why}} of the placements an architecture cannot build (nGPT has no encoder-decoder)."""
+    out = {}
+    for arch in config.archs:
+        for p in config.placements:
+            try:
+                model_config(config, arch, p)
+            except ValueError as e:
+                out.setdefault(arch, {})[p] = str(e)
+    return out
+
+
 def compute(config, study) -> dict:
-    jobs = [(a, p) for a in config.archs for p in config.placements]
+    skip = unbuildable(config)
+    jobs = [(a, p) for a in config.archs for p in config.placements if p not in skip.get(a, {})]
     seed_list = seeds(config)
     results = {"runs": {}, "num_batches": config.num_batches, "num_seeds": len(seed_list), "seeds": seed_list}
+    if skip:
+        logging.warning("grad_norms_at_init: left out: %s", skip)
+        results["skipped"] = skip
     for arch, placement in tqdm(jobs, desc="grad_norms_at_init", unit="model"):
         runs = [
             study.cached(

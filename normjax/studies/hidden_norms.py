@@ -97,17 +97,28 @@ def _growth(stream_SL) -> dict:
     }
 
 
-def skipped_in_theory(config) -> list[str]:
-    """The placements with an embedding norm: the theory setting feeds x_0 to the blocks, past that norm."""
-    return [p for p in config.placements if model_config(config, "theory", p).has_embedding_norm("encoder")]
+def skipped_in_theory(config) -> dict[str, str]:
+    """{placement: why} of the placements the theory setting cannot measure: those with an embedding norm (the
+    setting feeds x_0 to the blocks, past that norm) and those it cannot build (nGPT: its unit-norm weights
+    contradict N(0, 1/d) with W^Q = W^K = 0)."""
+    out = {}
+    for p in config.placements:
+        try:
+            cfg = model_config(config, "theory", p)
+        except ValueError as e:
+            out[p] = str(e)
+            continue
+        if cfg.has_embedding_norm("encoder"):
+            out[p] = "x_0 bypasses its embedding norm"
+    return out
 
 
 def compute(config, study) -> dict:
-    skip = skipped_in_theory(config) if "theory" in config.settings else []
+    skip = skipped_in_theory(config) if "theory" in config.settings else {}
     jobs = [(s, p) for s in config.settings for p in config.placements if not (s == "theory" and p in skip)]
     results = {"bounds": lemma2_bounds(config.num_layers), "seeds": seeds(config), "runs": {}}
     if skip:
-        logging.warning("hidden_norms: %s left out of the theory setting (x_0 bypasses the embedding norm)", skip)
+        logging.warning("hidden_norms: left out of the theory setting: %s", skip)
         results["skipped_in_theory"] = skip
     if "theory" in config.settings:
         results["theory_check"] = study.cached("theory_check", lambda: theory_setting_check(config, config.seed))

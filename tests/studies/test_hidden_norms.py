@@ -32,7 +32,7 @@ def test_hidden_norms_smoke(tmp_path):
         assert "dual_stream_mean" not in results["runs"][setting]["post"]
     # The embedding-norm variant: the theory setting feeds x_0 to the blocks, past that norm, so it is left out
     # there; in the real model it normalises x_0: ||x_0||^2/d = var/(var + eps) per token (gamma 1, beta 0).
-    assert results["skipped_in_theory"] == ["pre+embedding_norm"]
+    assert list(results["skipped_in_theory"]) == ["pre+embedding_norm"]
     assert "pre+embedding_norm" not in results["runs"]["theory"]
     np.testing.assert_allclose(results["runs"]["real"]["pre+embedding_norm"]["stream_mean"][0], 1.0, rtol=1e-3)
     # ReZero at init is the identity: the stream never changes, so its norm is the same at every depth.
