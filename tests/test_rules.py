@@ -37,6 +37,8 @@ def test_one_seed_or_non_finite_values_never_pass():
     assert one.n == 1 and math.isnan(one.lo) and not one.above(0.0) and not one.within(-1, 1)
     assert "1 seed, no interval" in one.text()
     assert mean_ci([np.nan, None, 1.0, 1.0]).n == 2  # nan and None are dropped, and the count says so
+    dropped = mean_ci([np.nan, 5.0, 5.01])  # 3 seeds, one non-finite: 2 values left, too few to pass anything
+    assert dropped.n == 2 and not dropped.above(0.0) and not dropped.within(4.0, 6.0)
     assert mean_ci([]).n == 0 and not mean_ci([]).above(-math.inf)
 
 

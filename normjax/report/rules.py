@@ -48,15 +48,16 @@ class Estimate:
     n: int
 
     def above(self, threshold: float) -> bool:
-        """The whole interval lies above `threshold` (so noise cannot make it pass)."""
-        return self.n >= 2 and self.lo > threshold
+        """The whole interval lies above `threshold` (so noise cannot make it pass), from >= MIN_SEEDS finite
+        values: a seed whose value was non-finite and dropped leaves fewer, and then nothing passes."""
+        return self.n >= MIN_SEEDS and self.lo > threshold
 
     def below(self, threshold: float) -> bool:
-        return self.n >= 2 and self.hi < threshold
+        return self.n >= MIN_SEEDS and self.hi < threshold
 
     def within(self, lo: float, hi: float) -> bool:
         """The whole interval lies inside [lo, hi]: a tolerance that does not widen with noise."""
-        return self.n >= 2 and lo <= self.lo and self.hi <= hi
+        return self.n >= MIN_SEEDS and lo <= self.lo and self.hi <= hi
 
     def text(self, fmt: str = ".3g") -> str:
         if self.n < 2:
