@@ -1,0 +1,238 @@
+"""deep_training's runs: the byte-level LM, its data and schedule, one training run with its probes."""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import normjax
+from normjax import specs
+from normjax import train as nt
+
+BETA_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel", "attn/value/kernel", "attn/out/kernel")  # DeepNorm's beta
+UNSCALED_KERNELS = ("attn/query/kernel", "attn/key/kernel")
+
+
+def model_config(config, run: str, depth: int) -> normjax.ModelConfig:
+    """The decoder-only byte LM of this study (scanned layers: one compile per run and depth, whatever the seed).
+
+    `run` is a model spec (`normjax.specs`: "pre", "pre:dyt", "post+no_bias").
+    """
+    return normjax.ModelConfig(
+        arch="decoder",
+        vocab_size=len(nt.byte_vocab()),
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        d_ff=config.d_ff,
+        num_layers=depth,
+        scan_layers=True,
+        max_len=config.seq_len,
+        **specs.parse(run).fields,
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def _corpus(max_bytes: int) -> dict:
+    return nt.load_byte_corpus(max_bytes=max_bytes)
+
+
+def data(config, seed: int):
+    """(training batches in seed `seed`'s order, the fixed held-out batch x on which F(x, theta_t) is probed)."""
+    corpus, spec = _corpus(config.max_bytes), nt.BatchSpec(batch_size=config.batch_size)
+    train = nt.LMBatches(corpus["train"], config.seq_len, spec, seed=config.data_seed + seed)
+    return train, nt.LMBatches(corpus["valid"], config.seq_len, spec, shuffle=False).batch(0)
+
+
+def hparams(config, vocab_size: int, lr: float, warmup: int, num_steps: int) -> dict:
+    """Linear warmup over `warmup` steps (0: lr from the first update), no clipping, smoothing or weight decay."""
+    return dict(
+        lr=lr,
+        warmup_steps=warmup,
+        warmup_init_lr=0.0,
+        total_steps=num_steps,
+        end_lr=lr,
+        d_model=config.d_model,
+        weight_decay=0.0,
+        clip_norm=0.0,
+        label_smoothing=0.0,
+        divergence_loss=config.divergence_factor * math.log(vocab_size),
+        divergence_patience=config.divergence_patience,
+    )
+
+
+def probe_steps(config) -> list[int]:
+    """Every step up to early_steps, then every probe_every steps, and the last one."""
+    return sorted(
+        set(range(config.early_steps + 1)) | set(range(0, config.num_steps, config.probe_every)) | {config.num_steps}
+    )
+
+
+def _stream_ms(streams, mask_BT) -> jax.Array:
+    """(L + 1,): per residual stream x_l, the mean over real tokens of ||x_l||^2 / d."""
+    w_BT = mask_BT.astype(jnp.float32)
+    return jnp.stack(
+        [
+            (jnp.sum(x.astype(jnp.float32) ** 2, -1) / x.shape[-1] * w_BT).sum() / jnp.maximum(w_BT.sum(), 1.0)
+            for x in streams
+        ]
+    )
+
+
+@functools.partial(jax.jit, static_argnums=0, donate_argnums=1)
+def _step(spec, state, batch, fixed, probe):
+    """The engine's train_step, after (when `probe`) its diagnostics, F(x, theta) and the stream norms on `fixed`.
+
+    One compile per model serves probed and plain steps: lax.cond runs the probe branch only when asked.
+    """
+
+    def measure(s):
+        diag = nt.diagnostics(spec.graphdef, spec.task, s.params, s.consts, fixed)
+        model = nnx.merge(spec.graphdef, s.params, s.consts)
+        logits_BTV, probes = normjax.probe(model, fixed["tokens"], padding_mask=fixed["mask"])
+        return diag, logits_BTV, _stream_ms(probes["decoder"].streams, fixed["mask"])
+
+    skip = lambda s: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(measure, s))
+    probes = jax.lax.cond(probe, measure, skip, state)
+    return *nt.train_step(spec, state, batch), probes
+
+
+def model_update(logits_BTV, logits0_BTV) -> float:
+    """||F(x, theta_t) - F(x, theta_0)||: rms over the tokens of x of the L2 norm of the logit change."""
+    d_BTV = np.asarray(logits_BTV, np.float64) - np.asarray(logits0_BTV, np.float64)
+    return float(np.sqrt(np.mean(np.sum(d_BTV**2, axis=-1))))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _alphas(graphdef, state, tokens_BT):
+    """Per block, <z - G(x), x>/<x, x> at the attention LN input z = alpha x + G(x) (one compile per model shape)."""
+    sp = normjax.probe(nnx.merge(graphdef, state), tokens_BT)[1]["decoder"]
+    return jnp.stack(
+        [
+            jnp.sum((n["attn.post"] - b["attn"]) * x) / jnp.sum(x * x)
+            for x, n, b in zip(sp.streams[:-1], sp.norm_inputs, sp.branch_outputs, strict=True)
+        ]
+    )
+
+
+def deepnorm_init(model, tokens_BT) -> dict:
+    """D1 at init: alpha measured per block as <z - G(x), x>/<x, x> at the attention LN input z = alpha x + G(x),
+    and the std of each kernel over its Xavier std sqrt(2/(fan_in + fan_out)), pooled over layers."""
+    graphdef, state = nnx.split(model)
+    layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "decoder")
+    ratios, counts = {}, {}
+    for name in BETA_KERNELS + UNSCALED_KERNELS:
+        w_LIO = np.stack([np.asarray(p[name]) for p in layers])
+        ratios[name] = float(w_LIO.std() / math.sqrt(2 / sum(w_LIO.shape[-2:])))
+        counts[name] = int(w_LIO.size)
+    return {"alpha": np.asarray(_alphas(graphdef, state, tokens_BT)), "std_over_xavier": ratios, "counts": counts}
+
+
+def init_record(model, run: str, tokens_BT) -> dict:
+    """What the claims check at init: DeepNorm's constants (D1), DyT's alpha_0 (R6)."""
+    spec = specs.parse(run)
+    out = {"num_params": sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))}
+    if spec.placement == "deepnorm":
+        out["deepnorm"] = deepnorm_init(model, tokens_BT)
+    if spec.norm == "dyt":
+        layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "decoder")
+        out["dyt_alpha0"] = [float(v) for p in layers for k, v in p.items() if k.endswith("norm/alpha")]
+    return out
+
+
+def _train(spec, state, batches, fixed, num_steps: int, when: set, check_every: int):
+    """num_steps updates of `state`; F(x, theta_t), LN inputs, layer gradients and stream norms probed at `when`.
+
+    Returns (probes, per-step metrics, final state); stops early once the engine flags divergence.
+    """
+    probes, metrics, logits0 = {"step": [], "update": [], "ln_input_rms": [], "layer_grad_norm": []}, [], None
+    probes["stream_ms"] = []
+    for t in range(num_steps + 1):  # the update after the last probe (t = num_steps) is discarded
+        state, m, (diag, logits_BTV, stream_ms) = _step(spec, state, batches.batch(t), fixed, t in when)
+        if t in when:
+            diag, logits_BTV, stream_ms = jax.device_get((diag, logits_BTV, stream_ms))
+            if logits0 is None:
+                logits0, probes["output_norm"] = logits_BTV, model_update(logits_BTV, np.zeros_like(logits_BTV))
+            probes["step"].append(t)
+            probes["update"].append(model_update(logits_BTV, logits0))
+            probes["ln_input_rms"].append(float(diag["norm_input_rms/decoder"]))
+            probes["layer_grad_norm"].append(np.asarray(diag["grad_norm/decoder"]))
+            probes["stream_ms"].append(np.asarray(stream_ms))
+        if t == num_steps:
+            break
+        metrics.append(m)
+        if (t + 1) % check_every == 0 and int(state.diverged_at) >= 0:
+            break
+    return probes, jax.device_get(metrics), state
+
+
+def train_run(config, run: str, depth: int, seed: int, schedule: dict | None = None) -> dict:
+    """Trains one model (init, data order and dropout from `seed`).
+
+    Without `schedule`: config.num_steps at config.lr from the first update, then the first early_steps again
+    at update_lr from the same init (D2's regime). With `schedule` (S7: {"lr", "warmup", "num_steps", "kind"}):
+    that run only, probed at its first and last step.
+    """
+    cfg = model_config(config, run, depth)
+    model = normjax.Transformer(cfg, rngs=nnx.Rngs(seed))
+    batches, fixed = data(config, seed)
+    init = init_record(model, run, fixed["tokens"][:2])
+    optimizer = nt.OptimizerSpec(config.optimizer, b1=config.b1, b2=config.b2, eps=config.eps)
+    main = schedule is None
+    schedule = schedule or {"lr": config.lr, "warmup": 0, "num_steps": config.num_steps, "kind": "constant"}
+    spec = nt.StepSpec(nnx.graphdef(model), "lm", schedule["kind"], optimizer)
+    num_steps = schedule["num_steps"]
+    hp, start = hparams(config, cfg.vocab_size, schedule["lr"], schedule["warmup"], num_steps), time.time()
+    when = set(probe_steps(config)) if main else {0, num_steps}
+    probes, metrics, state = _train(
+        spec, nt.init_state(spec, model, seed, hp), batches, fixed, num_steps, when, config.divergence_check_every
+    )
+    diverged = int(state.diverged_at)  # the discarded update after the last probe may set it to num_steps + 1
+    rec = {
+        "seed": seed,
+        "init": init,
+        "probes": probes,
+        "diverged_step": diverged if 0 <= diverged <= num_steps else None,
+        "loss": [float(m["loss"]) for m in metrics],
+        "grad_norm": [float(m["grad_norm"]) for m in metrics],
+        "wall_time_s": time.time() - start,
+    }
+    if main:  # the same init and batches at update_lr: lr is traced, so the compiled step is reused
+        again = nt.init_state(spec, normjax.Transformer(cfg, rngs=nnx.Rngs(seed)), seed, hp | {"lr": config.update_lr})
+        steps = set(range(config.early_steps + 1))
+        rec["small_lr_update"] = _train(spec, again, batches, fixed, config.early_steps, steps, len(steps))[0]["update"]
+    return rec
+
+
+def final_loss(rec: dict, window: int) -> float | None:
+    """Mean train loss of the last `window` updates (each batch seen once); None when the run diverged."""
+    loss = np.array(rec["loss"], float)
+    return None if rec["diverged_step"] is not None else float(np.mean(loss[-window:]))
+
+
+def summarize(rec: dict, config) -> dict:
+    """One run's numbers for the rules: early update, final loss, LN-input peak, gradients, stream norms."""
+    p = rec["probes"]
+    steps_, update = np.array(p["step"]), np.array(p["update"], float)  # None (JSON for NaN) becomes nan
+    early = (steps_ >= 1) & (steps_ <= config.early_steps)
+    grads_PL, rms = np.array(p["layer_grad_norm"], float), np.array(p["ln_input_rms"], float)
+    ms_PL = np.array(p["stream_ms"], float)
+    return {
+        "early_update": float(np.mean(np.array(rec["small_lr_update"], float)[1:])),
+        "early_update_train_lr": float(np.mean(update[early])),
+        "first_update_relative": float(update[1] / p["output_norm"]),
+        "final_loss": final_loss(rec, config.final_window),
+        "diverged_step": rec["diverged_step"],
+        "ln_rms_init": float(rms[0]),
+        "ln_rms_peak": float(np.nanmax(rms)),
+        "grad_bottom_init": float(grads_PL[0, 0]),
+        "grad_bottom_end": float(grads_PL[-1, 0]),
+        "grad_top_end": float(grads_PL[-1, -1]),
+        "stream_ms_init": ms_PL[0].tolist(),  # ||x_l||^2 / d for l = 0..L, at init and after the last update
+        "stream_ms_end": ms_PL[-1].tolist(),
+    }
