@@ -3,6 +3,7 @@
 python scripts/report.py --workdir=results
 """
 
+import math
 import sys
 
 from absl import app, flags
@@ -22,6 +23,8 @@ _WALL_TIME = flags.DEFINE_float(
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if _WALL_TIME.value is not None and not 0 <= _WALL_TIME.value < math.inf:
+        raise app.UsageError(f"--wall_time_s={_WALL_TIME.value} must be a finite number of seconds >= 0")
     try:
         path = build_report(_WORKDIR.value, wall_time_s=_WALL_TIME.value)
     except WorkdirError as e:  # a damaged results.json: one line naming it, exit 2, no report written

@@ -172,3 +172,14 @@ def test_docs_claims_md_is_generated_from_the_registry_and_rule_thresholds():
     with open(claims_doc.DOC) as f:
         assert f.read() == claims_doc.render(), "docs/claims.md is stale: run python -m normjax.report.claims_doc"
     assert all(f"### {claim}: " in claims_doc.render() for claim in CLAIMS)
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-5"])
+def test_report_cli_refuses_a_wall_time_that_is_not_a_duration(tmp_path, bad):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "report.py"), f"--workdir={tmp_path}", f"--wall_time_s={bad}"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode != 0 and "--wall_time_s" in proc.stderr and not (tmp_path / "REPORT.md").exists()
