@@ -10,6 +10,7 @@ from flax import nnx, struct
 
 from normjax import registry
 from normjax.config import ModelConfig
+from normjax.cotangent import materialize_cotangent
 from normjax.init import NGPT_ALPHA_INIT, InitRule, block_init, kernel_init, ngpt_scale
 from normjax.layers import MLP, NGPTMLP, Attention, dropout
 from normjax.norms import make_norm
@@ -149,7 +150,7 @@ class Block(nnx.Module):
         subs = self.sublayers()
         keys = [None] * len(subs) if key is None else list(jax.random.split(key, len(subs)))
         for sublayer, k in zip(subs, keys, strict=True):
-            x = self.apply_sublayer(sublayer, x, ctx, records, k)
+            x = self.apply_sublayer(sublayer, materialize_cotangent(x), ctx, records, k)
         return x, records
 
 

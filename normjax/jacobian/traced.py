@@ -87,27 +87,33 @@ def _param_tokens(value, out: list) -> None:
 
 
 def _rule_identity(value) -> str:
-    """Identity of the custom_jvp/custom_vjp objects behind a derivative-rule thunk.
+    """Identity of the custom_jvp/custom_vjp objects (or module-level rule functions) behind a rule thunk.
 
-    JAX wraps a rule in fresh thunks on every trace; the `jax.custom_jvp`/`jax.custom_vjp` objects
-    they close over are what stays the same. Unknown shapes fall back to the thunk's own identity
-    (a separate compile, never a wrong rule). The canonical jaxpr keeps these objects alive.
+    JAX wraps a rule in fresh thunks on every trace; the `jax.custom_jvp`/`jax.custom_vjp` objects they
+    close over, or the module-level function given to `defjvp` (the function a thunk wraps, never one met
+    in a closure, which may hold other values), are what stays the same. Unknown shapes fall back to the
+    thunk's own identity (a separate compile, never a wrong rule). The canonical jaxpr keeps these alive.
     """
-    found, seen, todo = [], set(), [(value, 0)]
+    found, seen, todo = [], set(), [(value, 0, False)]
     while todo:
-        obj, depth = todo.pop()
+        obj, depth, wrapped = todo.pop()
         if id(obj) in seen or depth > 8:
             continue
         seen.add(id(obj))
-        if isinstance(obj, jax.custom_jvp | jax.custom_vjp):
+        if isinstance(obj, jax.custom_jvp | jax.custom_vjp) or (wrapped and _module_level_rule(obj)):
             found.append(id(obj))
             continue
         if hasattr(obj, "call_wrapped"):
-            todo.append((obj.f, depth + 1))
+            todo.append((obj.f, depth + 1, True))
         for cell in getattr(obj, "__closure__", None) or ():
             with contextlib.suppress(ValueError):  # an empty cell
-                todo.append((cell.cell_contents, depth + 1))
+                todo.append((cell.cell_contents, depth + 1, False))
     return f"rules{sorted(found)}" if found else f"id{id(value)}"
+
+
+def _module_level_rule(obj) -> bool:
+    """A function with no closure defined at module level: given to `defjvp`, it alone is the rule."""
+    return isinstance(obj, types.FunctionType) and obj.__closure__ is None and "<locals>" not in obj.__qualname__
 
 
 def _jaxpr_tokens(jaxpr, out: list) -> None:

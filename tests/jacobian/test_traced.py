@@ -129,6 +129,35 @@ def test_custom_derivative_rules_are_part_of_the_structure():
         np.testing.assert_allclose(jacobian.jacobian(make(scale), x), scale * np.eye(3))
 
 
+@jax.custom_jvp
+def _doubled_tangent(x):
+    return jnp.sin(x)
+
+
+@_doubled_tangent.defjvp
+def _doubled_tangent_jvp(primals, tangents):
+    return jnp.sin(primals[0]), 2.0 * tangents[0]
+
+
+def test_a_module_level_defjvp_rule_compiles_once_and_a_closure_rule_never_shares():
+    exact._jacobian_impl.clear_cache()
+    for shift in (jnp.zeros(3), jnp.ones(3)):  # new closures, one rule: one program
+        f = lambda x, s=shift: _doubled_tangent(x + s)  # noqa: E731
+        np.testing.assert_allclose(jacobian.jacobian(f, jnp.ones(3)), 2 * np.eye(3))
+    assert exact._jacobian_impl._cache_size() == 1
+
+    def make(scale):
+        def rule(primals, tangents):  # a closure: its module-level callee is not the rule
+            return _doubled_tangent_jvp(primals, tangents)[0], scale * tangents[0]
+
+        h = jax.custom_jvp(lambda x: jnp.sin(x))
+        h.defjvp(rule)
+        return h
+
+    for scale in (1.0, 3.0):
+        np.testing.assert_allclose(jacobian.jacobian(make(scale), jnp.ones(3)), scale * np.eye(3))
+
+
 def test_power_bound_is_honest_on_a_small_gap():
     s_N = jnp.asarray([1.001, 1.0] + [0.5] * 30)
     f = lambda x: s_N * x  # noqa: E731
