@@ -1,7 +1,7 @@
 """Sweep: a learning rate x warmup grid of short runs, a plain re-jitting loop vs the normjax sweep engine.
 
   python -m benchmarks.sweep [--lrs=5e-4,1e-3,2e-3,4e-3] [--warmups=5,10,20,40] [--steps=100] [--d_model=64]
-      [--layers=2] [--modes=plain,engine] [--json_out=/tmp/sweep.json]
+      [--layers=2] [--modes=plain,engine,threads=2,workers=2] [--json_out=/tmp/sweep.json]
 
 Modes (each trains every run of the grid on the same batches, one table row per mode):
   plain    benchmarks/plain_loop.py: per run a model, an optax optimizer with that run's lr / warmup baked in as
@@ -11,8 +11,10 @@ Modes (each trains every run of the grid on the same batches, one table row per 
            metrics.jsonl, summary.json and sweep.json with fsync).
   vmapped  the same with `vmap=True`: runs in lockstep as one vmapped step (`--modes=engine,vmapped` is the
            earlier sequential-vs-vmapped comparison).
-  workers=K  the engine with `workers=K`: K spawned processes, one XLA CPU thread each, train every K-th run
-           side by side (each compiles its own step; the process start is included in the time).
+  threads=K  the engine with `workers=K` (`parallel="threads"`): K threads of this process train every K-th run
+           side by side, sharing one compiled step and XLA's CPU thread pool.
+  workers=K  the engine with `workers=K, parallel="processes"`: K spawned processes, one XLA CPU thread each
+           (each compiles its own step; the process start is included in the time).
 
 The grid keeps the library defaults (Adam 0.9 / 0.98 / 1e-9, label smoothing 0.1, no dropout, no clipping, no
 weight decay) and uses the "cosine" schedule (linear warmup, cosine decay to 0 at the last step), which optax's
@@ -46,7 +48,10 @@ _STEPS = flags.DEFINE_integer("steps", 100, "Train steps per run.")
 _D = flags.DEFINE_integer("d_model", 64, "Model width (heads 4, FFN 2d).")
 _LAYERS = flags.DEFINE_integer("layers", 2, "Encoder and decoder layers.")
 _LOG_EVERY = flags.DEFINE_integer("log_every", 1, "The engine's train.log_every (1: compare every step's loss).")
-_MODES = flags.DEFINE_list("modes", ["plain", "engine", "workers=2"], "Any of plain, engine, vmapped, workers=K.")
+_MODES = flags.DEFINE_list(
+    "modes", ["plain", "engine", "threads=2", "workers=2"], "Any of plain, engine, vmapped, threads=K, workers=K."
+)
+_MODE_OF = {"threads": "threads", "processes": "workers"}  # run_sweep's parallel= -> the mode's name
 _JSON = flags.DEFINE_string("json_out", None, "Write the table rows as JSON here too.")
 
 
@@ -87,14 +92,15 @@ def run_plain(runs) -> tuple[dict, dict]:
     return row, {name: p.losses for name, p in results.items()}
 
 
-def run_engine(runs, vmap: bool, workers: int = 1) -> tuple[dict, dict]:
+def run_engine(runs, vmap: bool, workers: int = 1, parallel: str = "processes") -> tuple[dict, dict]:
     """(row, {run name: [(step, train/loss) of every metrics.jsonl record]}) of train.run_sweep."""
     fns = train.compiled()
     jitted = fns.vtrain if vmap else fns.train
+    jitted.clear_cache()  # every mode pays its own compile, as a fresh process would
     before = jitted._cache_size()
     with tempfile.TemporaryDirectory() as workdir:
         start = time.perf_counter()
-        result = train.run_sweep(runs, workdir, vmap=vmap, progress=False, workers=workers)
+        result = train.run_sweep(runs, workdir, vmap=vmap, progress=False, workers=workers, parallel=parallel)
         wall = time.perf_counter() - start
         curves = {
             r.name: [
@@ -109,9 +115,9 @@ def run_engine(runs, vmap: bool, workers: int = 1) -> tuple[dict, dict]:
         logging.warning("diverged runs (frozen from then on, unlike the plain loop): %s", ", ".join(diverged))
     seconds = [r["summary"]["wall_time_s"] for r in result["runs"]]
     row = {
-        "mode": "vmapped" if vmap else "engine" if workers == 1 else f"workers={workers}",
+        "mode": "vmapped" if vmap else "engine" if workers == 1 else f"{_MODE_OF[parallel]}={workers}",
         "wall_s": wall,
-        "compiles": jitted._cache_size() - before if workers == 1 else None,  # compiled in the workers
+        "compiles": None if parallel == "processes" and workers > 1 else jitted._cache_size() - before,
         "first_run_s": seconds[0],
         "other_runs_s": float(np.mean(seconds[1:] or seconds)),
     }
@@ -139,8 +145,9 @@ def warm_up(run: SweepRun) -> None:
 def measure(runs, mode: str) -> tuple[dict, dict]:
     if mode == "plain":
         return run_plain(runs)
-    if mode.startswith("workers="):
-        return run_engine(runs, vmap=False, workers=int(mode.split("=")[1]))
+    for parallel, name in _MODE_OF.items():
+        if mode.startswith(f"{name}="):
+            return run_engine(runs, vmap=False, workers=int(mode.split("=")[1]), parallel=parallel)
     return run_engine(runs, vmap=mode == "vmapped")
 
 

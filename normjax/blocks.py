@@ -149,8 +149,9 @@ class Block(nnx.Module):
         records = {}
         subs = self.sublayers()
         keys = [None] * len(subs) if key is None else list(jax.random.split(key, len(subs)))
+        x = materialize_cotangent(x)
         for sublayer, k in zip(subs, keys, strict=True):
-            x = self.apply_sublayer(sublayer, materialize_cotangent(x), ctx, records, k)
+            x = self.apply_sublayer(sublayer, x, ctx, records, k)
         return x, records
 
 

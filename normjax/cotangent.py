@@ -1,4 +1,4 @@
-"""`materialize_cotangent`: an identity that makes XLA CPU store the residual stream's gradient once per sublayer."""
+"""`materialize_cotangent`: an identity that makes XLA CPU store the residual stream's gradient once per block."""
 
 from __future__ import annotations
 

@@ -86,6 +86,10 @@ def code_fingerprint(fn: Callable) -> str:
     return digest.hexdigest()[:16]
 
 
+# Keys that choose how runs are scheduled, never what they compute: a finished study answers for any of them.
+SCHEDULING_KEYS = ("sweep.workers:", "sweep.parallel:")
+
+
 class StudyDir:
     """The output folder of one study: partial results survive an interrupted run.
 
@@ -104,7 +108,7 @@ class StudyDir:
         """True when `path` was computed with this config and code. Code alone changed: False, with a warning
         (it is recomputed). Another config: an error naming the keys (a finished workdir never answers for a
         different config)."""
-        diffs = config_diff(saved_config, self.config)
+        diffs = [d for d in config_diff(saved_config, self.config) if not d.startswith(SCHEDULING_KEYS)]
         if not diffs:
             return True
         if all(d.startswith("_code:") for d in diffs):

@@ -23,7 +23,14 @@ def run_grid(config, folder: str, shard: tuple[int, int] = (0, 1), progress: boo
     resume."""
     runs = train.expand(config, jax.device_count())
     return train.run_sweep(
-        runs, folder, shard, force=force, vmap=config.sweep.vmap, progress=progress, workers=config.sweep.workers
+        runs,
+        folder,
+        shard,
+        force=force,
+        vmap=config.sweep.vmap,
+        progress=progress,
+        workers=config.sweep.workers,
+        parallel=config.sweep.parallel,
     )
 
 

@@ -54,7 +54,8 @@ def default_config() -> ml_collections.ConfigDict:
     config.sweep = ml_collections.ConfigDict()
     config.sweep.axes = ml_collections.ConfigDict({}, allow_dotted_keys=True)
     config.sweep.vmap = False
-    config.sweep.workers = 1  # processes training runs side by side (0: one per CPU core; train.workers)
+    config.sweep.workers = 1  # runs trained side by side (0: one per CPU core; train.workers)
+    config.sweep.parallel = "processes"  # spawned, one XLA thread each; or "threads" (one process)
     return config
 
 

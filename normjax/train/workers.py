@@ -1,4 +1,4 @@
-"""Independent pieces of work in parallel worker processes, each with one XLA CPU thread (sweeps on many cores)."""
+"""Independent pieces of work side by side: threads of this process, or worker processes with one XLA thread each."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ import jax
 from normjax.io import WorkdirError
 
 ONE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+PARALLEL = ("threads", "processes")
 
 
 def choose_workers(requested: int, num_items: int) -> int:
-    """How many worker processes: `requested` when > 0; 0 (auto) means one per CPU core on the CPU backend
-    (measured faster than one process using every core: benchmarks/README.md, sweep) and 1 on accelerators,
-    whose one device the processes would share. Never more than `num_items`.
+    """How many workers: `requested` when > 0; 0 (auto) means one per CPU core on the CPU backend (measured
+    faster than one run at a time using every core: benchmarks/README.md, sweep) and 1 on accelerators, whose
+    one device they would share. Never more than `num_items`.
 
     Raises:
       ValueError: a negative `requested`.
@@ -33,6 +34,24 @@ def choose_workers(requested: int, num_items: int) -> int:
 def _one_thread() -> None:
     """Runs in each worker before any jax computation: XLA reads XLA_FLAGS when its backend starts."""
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {ONE_THREAD_FLAGS}".strip()
+
+
+def run_side_by_side(fn: Callable, calls: list[dict], workers: int, parallel: str = "processes") -> list:
+    """[fn(**kwargs) for kwargs in calls], `workers` at a time: threads of this process sharing its compiled
+    programs and XLA's thread pool (`parallel="threads"`), or spawned processes (`run_in_workers`).
+
+    An exception raised by `fn` is raised here with its type and message.
+
+    Raises:
+      ValueError: `parallel` is neither "threads" nor "processes".
+    """
+    if parallel not in PARALLEL:
+        raise ValueError(f"parallel must be one of {PARALLEL}, got {parallel!r}")
+    if parallel == "processes":
+        return run_in_workers(fn, calls, workers)
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="normjax-worker") as pool:
+        futures = [pool.submit(fn, **kwargs) for kwargs in calls]
+        return [f.result() for f in futures]
 
 
 def run_in_workers(fn: Callable, calls: list[dict], workers: int) -> list:

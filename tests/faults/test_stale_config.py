@@ -70,6 +70,14 @@ def test_study_with_another_config_is_an_error_and_force_recomputes(tmp_path):
     assert _study(tmp_path, force=True, a=5)["results"] == {"twice": 10}
 
 
+def test_how_runs_are_scheduled_is_not_another_config(tmp_path):
+    """sweep.workers / sweep.parallel change when runs train, never their numbers: a finished study stands."""
+    first = _study(tmp_path, sweep={"workers": 1, "vmap": False})
+    assert _study(tmp_path, sweep={"workers": 0, "parallel": "processes", "vmap": False}) == first
+    with pytest.raises(ConfigError, match=r"sweep.vmap: False -> True"):
+        _study(tmp_path, sweep={"workers": 1, "vmap": True})
+
+
 def test_study_partial_results_of_another_config_are_an_error(tmp_path):
     _study(tmp_path)
     (tmp_path / "toy" / "results.json").unlink()  # an interrupted run of a=1: only partial/ is left

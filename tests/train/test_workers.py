@@ -1,4 +1,4 @@
-"""Sweeps in worker processes: the same numbers as one process, errors and dead workers reported."""
+"""Sweeps in worker threads or processes: the same numbers as one run at a time, errors and dead workers reported."""
 
 import os
 import signal
@@ -9,7 +9,7 @@ from normjax.io import WorkdirError
 from normjax.train import records
 from normjax.train.config_io import ConfigError
 from normjax.train.sweep import expand, run_sweep
-from normjax.train.workers import choose_workers, run_in_workers
+from normjax.train.workers import choose_workers, run_in_workers, run_side_by_side
 
 
 def _runs(tiny, **overrides):
@@ -37,10 +37,11 @@ def _losses(folder, runs):
     }
 
 
-def test_two_workers_train_every_run_to_the_same_numbers_as_one_process(tmp_path, tiny):
+@pytest.mark.parametrize("parallel", ["threads", "processes"])
+def test_two_workers_train_every_run_to_the_same_numbers_as_one_process(tmp_path, tiny, parallel):
     runs = _runs(tiny)
     one = run_sweep(runs, str(tmp_path / "one"), progress=False)
-    two = run_sweep(runs, str(tmp_path / "two"), progress=False, workers=2)
+    two = run_sweep(runs, str(tmp_path / "two"), progress=False, workers=2, parallel=parallel)
     assert [r["status"] for r in two["runs"]] == ["done"] * 4
     losses = _losses(tmp_path / "one", runs)
     assert all(len(v) == 6 for v in losses.values())
@@ -49,12 +50,13 @@ def test_two_workers_train_every_run_to_the_same_numbers_as_one_process(tmp_path
     assert records.read_json(str(tmp_path / "two" / "sweep.json")) == two
 
 
-def test_a_worker_error_keeps_its_type_and_message(tmp_path, tiny):
-    """A run folder holding another config is refused inside a worker; the parent raises the same error."""
+@pytest.mark.parametrize("parallel", ["threads", "processes"])
+def test_a_worker_error_keeps_its_type_and_message(tmp_path, tiny, parallel):
+    """A run folder holding another config is refused inside a worker; the caller gets the same error."""
     folder = str(tmp_path)
     run_sweep(_runs(tiny), folder, progress=False)
     with pytest.raises(ConfigError, match="another config"):
-        run_sweep(_runs(tiny, train__label_smoothing=0.05), folder, progress=False, workers=2)
+        run_sweep(_runs(tiny, train__label_smoothing=0.05), folder, progress=False, workers=2, parallel=parallel)
 
 
 def _die():
@@ -79,3 +81,12 @@ def test_a_bad_worker_count_is_a_config_error(tiny, bad):
     config["sweep"] = {"axes": {"train.lr": [1e-3]}, "workers": bad}
     with pytest.raises(ConfigError, match="config.sweep.workers"):
         expand(config)
+
+
+def test_a_bad_parallel_mode_is_a_config_error(tiny):
+    config = tiny()
+    config["sweep"] = {"axes": {"train.lr": [1e-3]}, "parallel": "fibers"}
+    with pytest.raises(ConfigError, match="config.sweep.parallel='fibers' must be one of threads, processes"):
+        expand(config)
+    with pytest.raises(ValueError, match="parallel must be one of"):
+        run_side_by_side(print, [{}], 1, "fibers")
