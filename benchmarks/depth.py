@@ -1,13 +1,18 @@
 """Depth: compile time, step time and XLA memory of a train step vs depth, loop vs scan, with and without remat.
 
-  python -m benchmarks.depth [--depths=6,24,96] [--d_model=64] [--flat_optimizer] [--json_out=/tmp/depth.json]
+  python -m benchmarks.depth [--depths=6,24,96] [--d_model=64] [--layouts=loop,scan] [--flat_optimizer]
+                             [--json_out=/tmp/depth.json]
 
 One side-by-side table in one run (absolute times on a shared CPU are noisy; read the ratios). The step is
-forward + backward + Adam on a decoder LM, jitted once per configuration.
+forward + backward + Adam on a decoder LM, jitted once per configuration, with and without remat. Layouts: loop
+(the Python loop, the default), scan (`scan_layers=True`), loop_chained (the loop compiled without
+`normjax.cotangent.materialize_cotangent`, the step before it). "per layer" is step time / depth against the
+first depth's.
 """
 
 import json
 import time
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +21,7 @@ from absl import app, flags
 from flax import nnx
 
 import normjax
+from normjax.cotangent import materialize_cotangent
 
 _DEPTHS = flags.DEFINE_list("depths", ["6", "24", "96"], "Numbers of layers.")
 _D = flags.DEFINE_integer("d_model", 64, "Model width (heads 4, FFN 4d).")
@@ -28,10 +34,12 @@ _FLAT = flags.DEFINE_bool(
     "optax.flatten(adam): one raveled vector instead of one "
     "Adam update per parameter array (as normjax.train's step does).",
 )
+_LAYOUTS = flags.DEFINE_list("layouts", ["loop", "scan"], "Any of loop, scan, loop_chained.")
 _JSON = flags.DEFINE_string("json_out", None, "Write the table as JSON here too.")
+LAYOUTS = ("loop", "scan", "loop_chained")
 
 
-def measure(depth: int, scan: bool, remat: bool) -> dict:
+def measure(depth: int, layout: str, remat: bool) -> dict:
     cfg = normjax.ModelConfig(
         arch="decoder",
         vocab_size=256,
@@ -40,7 +48,7 @@ def measure(depth: int, scan: bool, remat: bool) -> dict:
         d_ff=4 * _D.value,
         num_layers=depth,
         placement="pre",
-        scan_layers=scan,
+        scan_layers=layout == "scan",
         remat=remat,
     )
     graphdef, params, rest = nnx.split(normjax.Transformer(cfg, rngs=nnx.Rngs(0)), nnx.Param, ...)
@@ -59,7 +67,9 @@ def measure(depth: int, scan: bool, remat: bool) -> dict:
 
     opt_state = optimizer.init(params)
     start = time.perf_counter()
-    compiled = step.lower(params, opt_state).compile()
+    replacement = (lambda x: x) if layout == "loop_chained" else materialize_cotangent
+    with mock.patch.object(normjax.blocks, "materialize_cotangent", replacement):
+        compiled = step.lower(params, opt_state).compile()
     compile_s = time.perf_counter() - start
     memory = compiled.memory_analysis()
     params, opt_state, value = compiled(params, opt_state)
@@ -70,7 +80,7 @@ def measure(depth: int, scan: bool, remat: bool) -> dict:
     jax.block_until_ready(value)
     return {
         "depth": depth,
-        "layout": "scan" if scan else "loop",
+        "layout": layout,
         "remat": remat,
         "compile_s": compile_s,
         "step_ms": 1e3 * (time.perf_counter() - start) / _REPEATS.value,
@@ -81,16 +91,27 @@ def measure(depth: int, scan: bool, remat: bool) -> dict:
 
 def main(argv):
     del argv
+    unknown = [layout for layout in _LAYOUTS.value if layout not in LAYOUTS]
+    if unknown:
+        raise app.UsageError(f"--layouts: unknown {unknown}; valid: {', '.join(LAYOUTS)}")
     rows = [
-        measure(int(depth), scan, remat) for depth in _DEPTHS.value for scan in (False, True) for remat in (False, True)
+        measure(int(depth), layout, remat)
+        for depth in _DEPTHS.value
+        for layout in _LAYOUTS.value
+        for remat in (False, True)
     ]
     base = {(r["layout"], r["remat"]): r for r in rows if r["depth"] == int(_DEPTHS.value[0])}
-    print(f"{'depth':>5} {'layout':>6} {'remat':>5} {'compile s':>9} {'x first':>7} {'step ms':>8} {'temp MiB':>8}")
+    print(
+        f"{'depth':>5} {'layout':>12} {'remat':>5} {'compile s':>9} {'x first':>7} {'step ms':>8} "
+        f"{'per layer':>9} {'temp MiB':>8}"
+    )
     for r in rows:
-        ratio = r["compile_s"] / base[(r["layout"], r["remat"])]["compile_s"]
+        first = base[(r["layout"], r["remat"])]
+        r["per_layer_vs_first"] = (r["step_ms"] / r["depth"]) / (first["step_ms"] / first["depth"])
         print(
-            f"{r['depth']:>5} {r['layout']:>6} {r['remat']!s:>5} {r['compile_s']:>9.2f} {ratio:>7.2f} "
-            f"{r['step_ms']:>8.1f} {r['temp_mib']:>8.1f}"
+            f"{r['depth']:>5} {r['layout']:>12} {r['remat']!s:>5} {r['compile_s']:>9.2f} "
+            f"{r['compile_s'] / first['compile_s']:>7.2f} {r['step_ms']:>8.1f} {r['per_layer_vs_first']:>9.2f} "
+            f"{r['temp_mib']:>8.1f}"
         )
     if _JSON.value:
         with open(_JSON.value, "w") as f:
