@@ -30,7 +30,7 @@ def materialize_cotangent(x, enabled: bool | None = None):
     Why: in a residual stack the backward pass sums the stream's gradient, dx_l = dx_(l+1) + (branch terms).
     XLA's CPU fusion duplicates that chain of adds into every consumer of dx_l (each transpose feeding a weight
     gradient), so a looped L-layer step recomputes O(L) adds per consumer: quadratic time and compile time in
-    depth (`benchmarks/README.md`, "depth"). A conditional is a fusion boundary XLA does not remove, so the sum
+    depth (`benchmarks/README.md`, "Issue 15"). A conditional is a fusion boundary XLA does not remove, so the sum
     is computed once and read from memory. `optimization_barrier` does not do this (XLA CPU drops it before
     fusion). A custom JVP, not a custom VJP, so forward-mode Jacobians (`jax.jacfwd`) keep working; the
     backward pass is its transpose. `enabled=None` applies it on the CPU backend only, where it was measured;
