@@ -5,7 +5,7 @@
                                   [--impls=normjax,normjax_scan,normjax_chained,seed,torch]
                                   [--batch=16] [--length=64] [--rounds=5] [--json_out=FILE]
 
-One network per (size, placement), in four implementations: normjax (an encoder Transformer, jitted
+One network per (size, placement), in up to five implementations: normjax (an encoder Transformer, jitted
 value_and_grad + optax.adam; its layers in a Python loop, or scanned with `scan_layers=True`), the seed's
 PyTorch PreNorm/PostNormEncoderLayer and torch.nn.TransformerEncoderLayer(norm_first=...). `normjax_chained`
 is the looped layout compiled without `normjax.cotangent.materialize_cotangent` (the step before it), for a

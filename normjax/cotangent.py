@@ -18,6 +18,8 @@ def _materialize(x):
 @_materialize.defjvp
 def _materialize_jvp(primals, tangents):
     (x,), (t,) = primals, tangents
+    if x.size == 0:  # nothing to store, and no element to build the predicate from
+        return x, t
     first = x.reshape(-1)[0]
     # A predicate XLA cannot fold (NaN != NaN); both branches are the identity, so its value never matters.
     return x, _stored(t, first == first)

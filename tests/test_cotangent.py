@@ -57,6 +57,8 @@ def test_batched_and_non_finite_inputs_keep_the_identity():
     tree = {"a": x, "b": (jnp.ones(2),)}
     assert jax.tree.structure(materialize_cotangent(tree, enabled=True)) == jax.tree.structure(tree)
     assert materialize_cotangent(x, enabled=False) is x
+    empty = jnp.zeros((0, 3))
+    assert jax.grad(lambda x: jnp.sum(materialize_cotangent(x, enabled=True)))(empty).shape == (0, 3)
 
 
 def hlo_instructions(num_layers: int) -> tuple[int, int]:

@@ -93,6 +93,7 @@ def _rule_identity(value) -> str:
     close over, or the module-level function given to `defjvp` (the function a thunk wraps, never one met
     in a closure, which may hold other values), are what stays the same. Unknown shapes fall back to the
     thunk's own identity (a separate compile, never a wrong rule). The canonical jaxpr keeps these alive.
+    The key also holds the values the rules read from globals and closures (`_values_read`).
     """
     found, seen, todo = [], set(), [(value, 0, False)]
     while todo:
@@ -101,7 +102,7 @@ def _rule_identity(value) -> str:
             continue
         seen.add(id(obj))
         if isinstance(obj, jax.custom_jvp | jax.custom_vjp) or (wrapped and _module_level_rule(obj)):
-            found.append(id(obj))
+            found.append(f"{id(obj)}{_values_read(obj)}")
             continue
         if hasattr(obj, "call_wrapped"):
             todo.append((obj.f, depth + 1, True))
@@ -109,6 +110,36 @@ def _rule_identity(value) -> str:
             with contextlib.suppress(ValueError):  # an empty cell
                 todo.append((cell.cell_contents, depth + 1, False))
     return f"rules{sorted(found)}" if found else f"id{id(value)}"
+
+
+def _values_read(rule) -> list:
+    """The numbers, strings and arrays a rule reads from module globals or closures, through the plain functions
+    it calls (4 levels deep): a rule whose global changes gets a new key, never the old program."""
+    if isinstance(rule, jax.custom_jvp | jax.custom_vjp):
+        rule = tuple(getattr(rule, name, None) for name in ("jvp", "fwd", "bwd"))
+    out, seen, todo = [], set(), [(None, rule, 0)]
+    while todo:
+        name, value, depth = todo.pop()
+        if isinstance(value, _SIMPLE):
+            out.append((name, repr(value)))
+        elif isinstance(value, np.ndarray | jax.Array):
+            out.append((name, _array_digest(value)))
+        elif isinstance(value, tuple | list) and depth <= 4:
+            todo.extend((name, v, depth + 1) for v in value)
+        elif isinstance(value, types.FunctionType) and depth <= 4 and id(value) not in seen:
+            seen.add(id(value))
+            cells = [c.cell_contents for c in value.__closure__ or () if _has_contents(c)]
+            todo.extend((None, c, depth + 1) for c in cells)
+            todo.extend((n, value.__globals__[n], depth + 1) for n in value.__code__.co_names if n in value.__globals__)
+    return out
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # an empty cell
+        return False
+    return True
 
 
 def _module_level_rule(obj) -> bool:

@@ -158,6 +158,32 @@ def test_a_module_level_defjvp_rule_compiles_once_and_a_closure_rule_never_share
         np.testing.assert_allclose(jacobian.jacobian(make(scale), jnp.ones(3)), scale * np.eye(3))
 
 
+RULE_SCALE = 2.0  # read by the rules below at trace time; the tests change it
+
+
+@jax.custom_jvp
+def _scaled_tangent(x):
+    return jnp.sin(x)
+
+
+@_scaled_tangent.defjvp
+def _scaled_tangent_jvp(primals, tangents):
+    return jnp.sin(primals[0]), RULE_SCALE * tangents[0]
+
+
+_scaled_by_defjvps = jax.custom_jvp(jnp.sin)
+_scaled_by_defjvps.defjvps(lambda t, ans, x: RULE_SCALE * t)
+
+
+@pytest.mark.parametrize("fn", [_scaled_tangent, _scaled_by_defjvps], ids=["defjvp", "defjvps"])
+def test_a_global_read_by_a_rule_is_part_of_the_key(fn, monkeypatch):
+    """A rule is traced when its program compiles: a changed global must compile again, never reuse the old."""
+    x = jnp.ones(3)
+    np.testing.assert_allclose(jacobian.jacobian(fn, x), 2.0 * np.eye(3))
+    monkeypatch.setitem(globals(), "RULE_SCALE", 5.0)
+    np.testing.assert_allclose(jacobian.jacobian(fn, x), 5.0 * np.eye(3))
+
+
 def test_power_bound_is_honest_on_a_small_gap():
     s_N = jnp.asarray([1.001, 1.0] + [0.5] * 30)
     f = lambda x: s_N * x  # noqa: E731

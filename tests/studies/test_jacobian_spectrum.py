@@ -75,13 +75,21 @@ def test_rezero_io_jacobian_is_identity(saved):
         assert grads["other_grad_max"] == 0.0 and grads["gate_grad_min"] > 0
 
 
+def _measured_exactly(placement):
+    """A 2-block encoder, 3 tokens: (model, tokens, measure_exact's results, the stack input x_0)."""
+    model = normjax.Transformer(jacobian_spectrum.model_config(tiny_config(), placement, 2), rngs=nnx.Rngs(0))
+    tokens = (jax.random.randint(jax.random.key(1000), (1, 3), 0, 17),)
+    return (
+        model,
+        tokens,
+        jacobian_spectrum.measure_exact(model, tokens, 1e-12),
+        normjax.embed(model, *tokens, "encoder")[0],
+    )
+
+
 def test_block_product_equals_stack_jacobian(x64):
     """Chain rule: the product of the per-block Jacobians is the Jacobian of the whole stack."""
-    config = tiny_config()
-    model = normjax.Transformer(jacobian_spectrum.model_config(config, "post", 2), rngs=nnx.Rngs(0))
-    tokens = (jax.random.randint(jax.random.key(1000), (1, 3), 0, 17),)
-    measured = jacobian_spectrum.measure_exact(model, tokens, 1e-12)
-    x0 = normjax.embed(model, *tokens, "encoder")[0]
+    model, tokens, measured, x0 = _measured_exactly("post")
     direct = normjax.jacobian.singular_values(normjax.stack_fn(model, stack="encoder"), x0, method="exact")
     np.testing.assert_allclose(measured["io_sv"], np.asarray(direct), rtol=1e-10, atol=1e-12)
     x1 = normjax.probe(model, *tokens)[1]["encoder"].streams[1][0]
@@ -91,11 +99,7 @@ def test_block_product_equals_stack_jacobian(x64):
 
 def test_resi_dual_io_jacobian_is_the_stack_jacobian_of_the_pair(x64):
     """ResiDual's state is (x, d) and both start at x_0: the block products give d (x_L, d_L) / d x_0 exactly."""
-    config = tiny_config()
-    model = normjax.Transformer(jacobian_spectrum.model_config(config, "resi_dual", 2), rngs=nnx.Rngs(0))
-    tokens = (jax.random.randint(jax.random.key(1000), (1, 3), 0, 17),)
-    measured = jacobian_spectrum.measure_exact(model, tokens, 1e-12)
-    x0 = normjax.embed(model, *tokens, "encoder")[0]
+    model, tokens, measured, x0 = _measured_exactly("resi_dual")
     stack = normjax.stack_fn(model, stack="encoder")
     direct = normjax.jacobian.singular_values(lambda x: stack(normjax.DualStream(x, x)), x0, method="exact")
     assert len(measured["io_sv"]) == x0.size and measured["state"] == "pair (x, d)"
