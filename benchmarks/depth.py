@@ -11,6 +11,7 @@ first depth's.
 """
 
 import json
+import statistics
 import time
 from unittest import mock
 
@@ -27,7 +28,7 @@ _DEPTHS = flags.DEFINE_list("depths", ["6", "24", "96"], "Numbers of layers.")
 _D = flags.DEFINE_integer("d_model", 64, "Model width (heads 4, FFN 4d).")
 _BATCH = flags.DEFINE_integer("batch", 8, "Sequences per step.")
 _LEN = flags.DEFINE_integer("length", 64, "Tokens per sequence.")
-_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed steps after the first (compiled) one.")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed steps after the first (compiled) one; the median is reported.")
 _FLAT = flags.DEFINE_bool(
     "flat_optimizer",
     False,
@@ -74,16 +75,18 @@ def measure(depth: int, layout: str, remat: bool) -> dict:
     memory = compiled.memory_analysis()
     params, opt_state, value = compiled(params, opt_state)
     jax.block_until_ready(value)
-    start = time.perf_counter()
-    for _ in range(_REPEATS.value):
+    seconds = []
+    for _ in range(_REPEATS.value):  # each step timed alone: the median is not moved by one slow step
+        start = time.perf_counter()
         params, opt_state, value = compiled(params, opt_state)
-    jax.block_until_ready(value)
+        jax.block_until_ready((params, opt_state, value))
+        seconds.append(time.perf_counter() - start)
     return {
         "depth": depth,
         "layout": layout,
         "remat": remat,
         "compile_s": compile_s,
-        "step_ms": 1e3 * (time.perf_counter() - start) / _REPEATS.value,
+        "step_ms": 1e3 * statistics.median(seconds),
         "temp_mib": getattr(memory, "temp_size_in_bytes", 0) / 2**20,
         "loss": float(jnp.asarray(value)),
     }
@@ -94,8 +97,10 @@ def main(argv):
     unknown = [layout for layout in _LAYOUTS.value if layout not in LAYOUTS]
     if unknown:
         raise app.UsageError(f"--layouts: unknown {unknown}; valid: {', '.join(LAYOUTS)}")
+    kept = normjax.keep_freed_memory()  # NORMJAX_KEEP_FREED_MEMORY=0: off
+    print(f"host memory kept (normjax.keep_freed_memory): {kept}")
     rows = [
-        measure(int(depth), layout, remat)
+        measure(int(depth), layout, remat) | {"host_memory_kept": kept}
         for depth in _DEPTHS.value
         for layout in _LAYOUTS.value
         for remat in (False, True)

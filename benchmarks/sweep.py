@@ -35,6 +35,7 @@ import jax
 import numpy as np
 from absl import app, flags, logging
 
+import normjax
 from benchmarks import plain_loop
 from normjax import train
 from normjax.train import records
@@ -110,9 +111,9 @@ def run_engine(runs, vmap: bool, workers: int = 1, parallel: str = "processes") 
             ]
             for r in runs
         }
-    diverged = [r["name"] for r in result["runs"] if r["summary"]["outcome"] != "ok"]
-    if diverged:
-        logging.warning("diverged runs (frozen from then on, unlike the plain loop): %s", ", ".join(diverged))
+    not_ok = [f"{r['name']} ({r['summary']['outcome']})" for r in result["runs"] if r["summary"]["outcome"] != "ok"]
+    if not_ok:  # a diverged run is frozen from then on, unlike the plain loop's; a stalled one trains on
+        logging.warning("runs whose outcome is not ok: %s", ", ".join(not_ok))
     seconds = [r["summary"]["wall_time_s"] for r in result["runs"]]
     row = {
         "mode": "vmapped" if vmap else "engine" if workers == 1 else f"{_MODE_OF[parallel]}={workers}",
@@ -174,6 +175,8 @@ def _cell(value) -> str:
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
+    kept = normjax.keep_freed_memory()  # for every mode alike (NORMJAX_KEEP_FREED_MEMORY=0: off)
+    print(f"host memory kept (normjax.keep_freed_memory): {kept}")
     if max(int(w) for w in _WARMUPS.value) >= _STEPS.value:
         raise app.UsageError("every --warmups value must be < --steps (optax's cosine decay needs steps after it)")
     runs = grid()
@@ -182,7 +185,10 @@ def main(argv):
     rows, curves = [], {}
     for mode in _MODES.value:
         row, curves[mode] = measure(runs, mode)
-        rows.append(row | {"runs": len(runs), "total_steps": total, "steps_per_s": total / row["wall_s"]})
+        rows.append(
+            row
+            | {"host_memory_kept": kept, "runs": len(runs), "total_steps": total, "steps_per_s": total / row["wall_s"]}
+        )
     for row in rows:
         row["speedup"] = rows[0]["wall_s"] / row["wall_s"]
         if row["mode"] != "plain" and "plain" in curves:

@@ -23,7 +23,7 @@ def seed_block(params: dict, d_model: int, num_heads: int, placement: str):
     x (T, d) -> y (T, d)."""
     if placement not in ("pre", "post"):
         raise ValueError(f"the seed's torch layer is Pre- or Post-Norm only, got placement {placement!r}")
-    layer = torch_reference.make_layer("seed", d_model, num_heads, 4 * d_model, dropout=0.0, pre=placement == "pre")
+    layer = torch_reference.make_layer("seed", d_model, num_heads, 4 * d_model, dropout=0.0, placement=placement)
     torch_reference.load_block(layer, params)
     layer.eval().requires_grad_(False)
     return lambda x: layer(x[None])[0]

@@ -41,13 +41,66 @@ class SeedEncoderLayer(nn.Module):
         return self.norm2(x + self.dropout2(self._ffn(x)))
 
 
-def make_layer(kind: str, d_model: int, nhead: int, d_ff: int, dropout: float, pre: bool) -> nn.Module:
-    """kind "seed": SeedEncoderLayer; "torch": nn.TransformerEncoderLayer(norm_first=pre), both ReLU."""
+def unit(x: torch.Tensor) -> torch.Tensor:
+    """x / ||x|| over the last axis (nGPT's justnorm)."""
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+class NGPTLayer(nn.Module):
+    """nGPT's block in PyTorch (Loshchilov et al. 2024; NVIDIA/ngpt `model.py`, its Block without the causal
+    mask), the placement normjax calls "ngpt": no norm module, no biases.
+
+    h = unit(x), x = unit(h + |alpha_A| (unit(Attn(x)) - h)), then the same with the MLP; q and k unit per head
+    times s_qk, softmax scale sqrt(d_k); MLP W2 (u * SiLU(v)) with (u, v) = s_uv sqrt(d) W_uv x. The scales are
+    stored as normjax stores them (alpha and s_qk at 1/sqrt(d), used times their init over that base).
+    """
+
+    def __init__(self, d_model: int, nhead: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.nhead, self.base = nhead, 1.0 / math.sqrt(d_model)
+        linear = lambda d_in, d_out: nn.Linear(d_in, d_out, bias=False)
+        self.query, self.key, self.value, self.out = (linear(d_model, d_model) for _ in range(4))
+        self.fc1, self.fc2 = linear(d_model, 2 * d_ff), linear(d_ff, d_model)
+        self.sqk = nn.Parameter(torch.full((d_model,), self.base))
+        self.suv = nn.Parameter(torch.ones(2 * d_ff))
+        self.alpha_attn = nn.Parameter(torch.full((d_model,), self.base))
+        self.alpha_mlp = nn.Parameter(torch.full((d_model,), self.base))
+        self.dropout = nn.Dropout(dropout)
+        self.sqrt_d = math.sqrt(d_model)
+
+    def _attn(self, x):
+        B, T, D = x.shape
+        heads = lambda z: z.reshape(B, T, self.nhead, D // self.nhead).transpose(1, 2)
+        sqk = (self.sqk / self.base).reshape(self.nhead, 1, D // self.nhead)
+        q, k, v = sqk * unit(heads(self.query(x))), sqk * unit(heads(self.key(x))), heads(self.value(x))
+        p = self.dropout.p if self.training else 0.0
+        out = nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=math.sqrt(D // self.nhead))
+        return self.out(out.transpose(1, 2).reshape(B, T, D))
+
+    def _mlp(self, x):
+        u, v = (self.fc1(x) * (self.suv * self.sqrt_d)).chunk(2, dim=-1)
+        return self.fc2(self.dropout(u * nn.functional.silu(v)))
+
+    def forward(self, x):
+        eigen = 0.05 / self.base  # alpha's init over its stored base: NGPT_ALPHA_INIT * sqrt(d)
+        for branch, alpha in ((self._attn, self.alpha_attn), (self._mlp, self.alpha_mlp)):
+            h = unit(x)
+            x = unit(h + (alpha * eigen).abs() * (unit(self.dropout(branch(x))) - h))
+        return x
+
+
+def make_layer(kind: str, d_model: int, nhead: int, d_ff: int, dropout: float, placement: str) -> nn.Module:
+    """kind "seed": SeedEncoderLayer; "torch": nn.TransformerEncoderLayer(norm_first=placement == "pre"), both
+    ReLU; placement "post" or "pre". Placement "ngpt" is NGPTLayer for either kind (the seed notes have none)."""
+    if placement == "ngpt":
+        return NGPTLayer(d_model, nhead, d_ff, dropout)
+    if placement not in ("post", "pre"):
+        raise ValueError(f"unknown torch placement {placement!r}: 'post', 'pre' or 'ngpt'")
     if kind == "seed":
-        return SeedEncoderLayer(d_model, nhead, d_ff, dropout, pre=pre)
+        return SeedEncoderLayer(d_model, nhead, d_ff, dropout, pre=placement == "pre")
     if kind == "torch":
         return nn.TransformerEncoderLayer(
-            d_model, nhead, d_ff, dropout, activation="relu", batch_first=True, norm_first=pre
+            d_model, nhead, d_ff, dropout, activation="relu", batch_first=True, norm_first=placement == "pre"
         )
     raise ValueError(f"unknown torch layer kind {kind!r}: 'seed' or 'torch'")
 
@@ -62,7 +115,8 @@ def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
 
 
 class TokenModel(nn.Module):
-    """Embedding * sqrt(d) + sinusoidal positions, a stack of encoder layers, optional final LN, tied head.
+    """Embedding * sqrt(d) + sinusoidal positions, a stack of encoder layers, a final LN for Pre-LN, tied head
+    (for nGPT: logits times s_z, per vocabulary entry).
 
     The same network as a normjax encoder Transformer of this size.
     """
@@ -76,21 +130,23 @@ class TokenModel(nn.Module):
         d_ff: int,
         layers: int,
         dropout: float,
-        pre: bool,
+        placement: str,
         max_len: int,
     ):
         super().__init__()
         self.embedding = nn.Embedding(vocab, d_model)
         self.register_buffer("positions", sinusoidal_positions(max_len, d_model))
-        self.layers = nn.ModuleList([make_layer(kind, d_model, nhead, d_ff, dropout, pre) for _ in range(layers)])
-        self.final_norm = nn.LayerNorm(d_model) if pre else nn.Identity()
+        self.layers = nn.ModuleList([make_layer(kind, d_model, nhead, d_ff, dropout, placement) for _ in range(layers)])
+        self.final_norm = nn.LayerNorm(d_model) if placement == "pre" else nn.Identity()
+        self.sz = nn.Parameter(torch.ones(vocab)) if placement == "ngpt" else None
         self.scale = math.sqrt(d_model)
 
     def forward(self, tokens):
         x = self.embedding(tokens) * self.scale + self.positions[: tokens.shape[1]]
         for layer in self.layers:
             x = layer(x)
-        return self.final_norm(x) @ self.embedding.weight.T
+        logits = self.final_norm(x) @ self.embedding.weight.T
+        return logits if self.sz is None else logits * self.sz
 
 
 def load_block(layer: nn.Module, params: dict) -> None:
@@ -112,3 +168,17 @@ def load_block(layer: nn.Module, params: dict) -> None:
         for torch_name, name in (("norm1", "attn/norm"), ("norm2", "ffn/norm")):
             getattr(layer, torch_name).weight.copy_(t(f"{name}/scale"))
             getattr(layer, torch_name).bias.copy_(t(f"{name}/bias"))
+
+
+def load_ngpt_block(layer: NGPTLayer, params: dict) -> None:
+    """Copies one normjax nGPT encoder block's parameters (a `normjax.layer_params` entry) into `layer`."""
+    t = lambda name: torch.from_numpy(np.asarray(params[name], np.float32).copy())
+    with torch.no_grad():
+        for name in ("query", "key", "value", "out"):
+            getattr(layer, name).weight.copy_(t(f"attn/{name}/kernel").T)
+        layer.fc1.weight.copy_(t("ffn/fc1/kernel").T)
+        layer.fc2.weight.copy_(t("ffn/fc2/kernel").T)
+        layer.sqk.copy_(t("attn/sqk"))
+        layer.suv.copy_(t("ffn/suv"))
+        layer.alpha_attn.copy_(t("attn/gate"))
+        layer.alpha_mlp.copy_(t("ffn/gate"))

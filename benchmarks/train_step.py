@@ -9,7 +9,8 @@ One network per (size, placement), in up to five implementations: normjax (an en
 value_and_grad + optax.adam; its layers in a Python loop, or scanned with `scan_layers=True`), the seed's
 PyTorch PreNorm/PostNormEncoderLayer and torch.nn.TransformerEncoderLayer(norm_first=...). `normjax_chained`
 is the looped layout compiled without `normjax.cotangent.materialize_cotangent` (the step before it), for a
-before/after in one run. Every normjax placement may be named; PyTorch has post and pre only, so another
+before/after in one run. Every normjax placement may be named; the PyTorch references are post, pre and ngpt
+(`torch_reference.NGPTLayer`, equal to normjax's nGPT block: tests/test_torch_reference.py); any other
 placement's "vs torch" is against the PyTorch Pre-LN step of the same size, timed in the same rounds (column
 `ref`): a stricter bar for placements with more norms or gates. Each is
 embedding * sqrt(d) + sinusoidal positions, the layers, a final LayerNorm for Pre-LN, a tied head and
@@ -39,7 +40,7 @@ import normjax
 from normjax.cotangent import materialize_cotangent
 
 _SIZES = flags.DEFINE_list("sizes", ["512x8x2048", "512x4x1024"], "d_model x heads x d_ff.")
-_PLACEMENTS = flags.DEFINE_list("placements", ["post", "pre"], "normjax placements (PyTorch has post and pre).")
+_PLACEMENTS = flags.DEFINE_list("placements", ["post", "pre"], "normjax placements (PyTorch: post, pre, ngpt).")
 _IMPLS = flags.DEFINE_list(
     "impls",
     ["normjax", "normjax_scan", "seed", "torch"],
@@ -99,8 +100,8 @@ TORCH_IMPLS = ("seed", "torch")
 
 
 def torch_placement(placement: str) -> str:
-    """The PyTorch reference for a normjax placement: itself for post and pre, else Pre-LN."""
-    return placement if placement in ("post", "pre") else "pre"
+    """The PyTorch reference for a normjax placement: itself for post, pre and ngpt, else Pre-LN."""
+    return placement if placement in ("post", "pre", "ngpt") else "pre"
 
 
 def normjax_step(d, heads, d_ff, placement, impl, tokens, labels):
@@ -154,9 +155,7 @@ def torch_step(kind, d, heads, d_ff, placement, tokens, labels):
     from benchmarks.torch_reference import TokenModel
 
     torch.manual_seed(0)
-    model = TokenModel(
-        kind, _VOCAB.value, d, heads, d_ff, _LAYERS.value, _DROPOUT.value, placement == "pre", _LEN.value
-    ).train()
+    model = TokenModel(kind, _VOCAB.value, d, heads, d_ff, _LAYERS.value, _DROPOUT.value, placement, _LEN.value).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     tokens_t = torch.from_numpy(np.asarray(tokens, np.int64))
     labels_t = torch.from_numpy(np.asarray(labels, np.int64)).reshape(-1)
@@ -223,6 +222,8 @@ def main(argv):
         except ImportError:
             raise app.UsageError("PyTorch is missing: pip install -r benchmarks/requirements.txt") from None
         torch.set_num_threads(os.cpu_count())
+    kept = normjax.keep_freed_memory()  # for both frameworks: the process's malloc (NORMJAX_KEEP_FREED_MEMORY=0: off)
+    print(f"host memory kept (normjax.keep_freed_memory): {kept}")
     peak_rates = matmul_peak()
     peak = max(peak_rates.values())
     print("matmul GFLOP/s: " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in peak_rates.items()))
@@ -267,6 +268,7 @@ def main(argv):
                     "peak_flops": peak,
                     "rows": rows,
                     "machine": f"{os.cpu_count()} cores, jax {jax.__version__}",
+                    "host_memory_kept": kept,
                 },
                 f,
                 indent=2,

@@ -5,6 +5,7 @@ __version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 from normjax import jacobian, registry
 from normjax.blocks import Block, BlockContext
 from normjax.config import NORMS, PLACEMENTS, ModelConfig
+from normjax.host_memory import keep_freed_memory
 from normjax.init import (
     admin_omega,
     deepnorm_constants,
@@ -49,6 +50,7 @@ __all__ = [
     "embed",
     "gpt2_scale",
     "jacobian",
+    "keep_freed_memory",
     "layer_params",
     "make_norm",
     "num_blocks",

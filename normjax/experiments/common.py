@@ -20,6 +20,7 @@ import tqdm.std
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from normjax import host_memory
 from normjax.experiments import configs, schemas
 from normjax.io import config_diff
 from normjax.studies import runner
@@ -198,7 +199,9 @@ def main(exp: Experiment, fv: flags.FlagValues, argv: list[str], full_argv: list
 
 
 def launch(exp: Experiment) -> None:
-    """app.run the experiment on sys.argv (the `if __name__ == "__main__"` of every main)."""
+    """app.run the experiment on sys.argv (the `if __name__ == "__main__"` of every main), keeping freed host
+    memory for the process (`normjax.host_memory`)."""
+    host_memory.keep_freed_memory()
     argv = list(sys.argv)
     app.run(lambda rest: main(exp, flags.FLAGS, rest, argv), flags_parser=lambda a: parse_argv(exp, flags.FLAGS, a))
 

@@ -10,6 +10,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import jax
 
+from normjax import host_memory
 from normjax.io import WorkdirError
 
 ONE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -31,8 +32,10 @@ def choose_workers(requested: int, num_items: int) -> int:
     return max(1, min(requested, num_items))
 
 
-def _one_thread() -> None:
-    """Runs in each worker before any jax computation: XLA reads XLA_FLAGS when its backend starts."""
+def _setup_worker() -> None:
+    """Runs in each worker before any jax computation (XLA reads XLA_FLAGS when its backend starts): one XLA
+    thread, and freed host memory kept (`normjax.host_memory`) as in the parent's experiment main."""
+    host_memory.keep_freed_memory()
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {ONE_THREAD_FLAGS}".strip()
 
 
@@ -63,7 +66,7 @@ def run_in_workers(fn: Callable, calls: list[dict], workers: int) -> list:
       WorkdirError: when a worker process dies (killed, out of memory) instead of returning.
     """
     context = multiprocessing.get_context("spawn")  # fork would copy this process's running XLA threads
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread) as pool:
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_setup_worker) as pool:
         futures = [pool.submit(fn, **kwargs) for kwargs in calls]
         try:
             return [f.result() for f in futures]

@@ -1,6 +1,8 @@
 """cost at a tiny size: results schema, the S6 row and its rule, exact parameter counts, a resumed run compiling
 nothing."""
 
+import platform
+
 import ml_collections
 import pytest
 
@@ -26,6 +28,7 @@ def test_cost_smoke(tmp_path, monkeypatch):
     results = saved["results"]
     assert (tmp_path / "cost" / "cost.png").exists()
     assert results["seeds"] == [1, 2, 3]
+    assert results["host_memory_kept"] == (platform.libc_ver()[0] == "glibc")  # timed without page-fault churn
     runs = results["runs"]
     assert set(runs) == {"post", "pre"}
     for run in runs.values():
