@@ -11,6 +11,18 @@ _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt parameters, <malloc.h>
 _TRIM_BYTES = 2**31 - 1  # the largest value mallopt's int takes: free memory at the heap's top is kept up to this
 
 
+def requested() -> bool:
+    """Whether NORMJAX_KEEP_FREED_MEMORY asks for it: "1" or unset, True; "0", False.
+
+    Raises:
+      ValueError: any other value.
+    """
+    wanted = os.environ.get(OPT_OUT_VAR, "1")
+    if wanted not in ("0", "1"):
+        raise ValueError(f"{OPT_OUT_VAR} must be 0 or 1, got {wanted!r}")
+    return wanted == "1"
+
+
 def keep_freed_memory() -> bool:
     """Makes glibc malloc keep freed memory for reuse instead of returning it to the operating system.
 
@@ -30,10 +42,7 @@ def keep_freed_memory() -> bool:
     Raises:
       ValueError: NORMJAX_KEEP_FREED_MEMORY is set to something other than "0" or "1".
     """
-    wanted = os.environ.get(OPT_OUT_VAR, "1")
-    if wanted not in ("0", "1"):
-        raise ValueError(f"{OPT_OUT_VAR} must be 0 or 1, got {wanted!r}")
-    if wanted == "0" or platform.libc_ver()[0] != "glibc":
+    if not requested() or platform.libc_ver()[0] != "glibc":
         return False
     mallopt = ctypes.CDLL(None).mallopt
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int

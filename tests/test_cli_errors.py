@@ -150,6 +150,15 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, name
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written anywhere
 
 
+@pytest.mark.parametrize("name", ["cost", "train"])
+def test_a_bad_host_memory_setting_is_one_line_exit_2(tmp_path, capsys, monkeypatch, name):
+    monkeypatch.setenv("NORMJAX_KEEP_FREED_MEMORY", "yes")
+    assert _cli(name, [], tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "config error: NORMJAX_KEEP_FREED_MEMORY must be 0 or 1, got 'yes'", err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("name", MAINS)
 def test_print_config_validates_prints_json_and_writes_nothing(tmp_path, capsys, name):
     assert (

@@ -70,3 +70,9 @@ def test_a_bad_setting_is_an_error(monkeypatch, bad):
 def test_sweep_worker_processes_keep_freed_memory(monkeypatch):
     monkeypatch.delenv(host_memory.OPT_OUT_VAR, raising=False)
     assert run_in_workers(faults_of_reuse, [{}], 1)[0] <= PAGES // 100
+
+
+def test_a_bad_setting_is_the_callers_error_before_any_worker_starts(monkeypatch):
+    monkeypatch.setenv(host_memory.OPT_OUT_VAR, "true")
+    with pytest.raises(ValueError, match="NORMJAX_KEEP_FREED_MEMORY must be 0 or 1, got 'true'"):
+        run_in_workers(faults_of_reuse, [{}], 1)

@@ -180,9 +180,14 @@ def _args(exp: Experiment, fv: flags.FlagValues, argv: list[str]) -> Args:
 
 
 def main(exp: Experiment, fv: flags.FlagValues, argv: list[str], full_argv: list[str]) -> None:
-    """Validate, then --print_config or check the workdir and run; config errors exit with status 2."""
+    """Keep freed host memory (`normjax.host_memory`), validate, then --print_config or check the workdir and run;
+    config errors (a bad NORMJAX_KEEP_FREED_MEMORY too) exit with status 2."""
     logging.set_verbosity(logging.WARNING)
     with cli.exit_on_config_error():
+        try:
+            host_memory.keep_freed_memory()
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if len(argv) > 1:
             raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
         args = _args(exp, fv, full_argv)
@@ -199,9 +204,7 @@ def main(exp: Experiment, fv: flags.FlagValues, argv: list[str], full_argv: list
 
 
 def launch(exp: Experiment) -> None:
-    """app.run the experiment on sys.argv (the `if __name__ == "__main__"` of every main), keeping freed host
-    memory for the process (`normjax.host_memory`)."""
-    host_memory.keep_freed_memory()
+    """app.run the experiment on sys.argv (the `if __name__ == "__main__"` of every main)."""
     argv = list(sys.argv)
     app.run(lambda rest: main(exp, flags.FLAGS, rest, argv), flags_parser=lambda a: parse_argv(exp, flags.FLAGS, a))
 

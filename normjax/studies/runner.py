@@ -104,23 +104,25 @@ class StudyDir:
         self.results_path = os.path.join(self.path, "results.json")
         self._partial = os.path.join(self.path, "partial")
 
-    def _current(self, path: str, saved_config) -> bool:
+    def _current(self, path: str, saved_config, warn: bool = True) -> bool:
         """True when `path` was computed with this config and code. Code alone changed: False, with a warning
-        (it is recomputed). Another config: an error naming the keys (a finished workdir never answers for a
+        when `warn` (it is recomputed). Another config: an error naming the keys (a finished workdir never answers for a
         different config)."""
         diffs = [d for d in config_diff(saved_config, self.config) if not d.startswith(SCHEDULING_KEYS)]
         if not diffs:
             return True
         if all(d.startswith("_code:") for d in diffs):
-            logging.warning("%s was computed by other code of this study; computing it again", path)
+            if warn:
+                logging.warning("%s was computed by other code of this study; computing it again", path)
             return False
         raise ConfigError(
             f"{path} was computed with another config ({describe_diff(diffs)}); rerun with --force"
             " to recompute it, or use another --workdir"
         )
 
-    def finished(self) -> dict | None:
-        """The saved results if this study already finished, else None.
+    def finished(self, warn: bool = True) -> dict | None:
+        """The saved results if this study already finished, else None (results of other code: None, with a
+        warning when `warn`).
 
         Raises:
           ConfigError: naming the differing keys when results.json holds another config.
@@ -131,7 +133,7 @@ class StudyDir:
         saved = read_json(self.results_path)
         if not isinstance(saved, dict) or not {"config", "results"} <= set(saved):
             raise CorruptFileError(f"{self.results_path} is corrupt (no config or results); rerun with --force")
-        return saved if self._current(self.results_path, saved["config"]) else None
+        return saved if self._current(self.results_path, saved["config"], warn) else None
 
     def clear(self) -> None:
         """Deletes this study's results.json and cached partial results (--force); figures are overwritten."""
@@ -220,7 +222,7 @@ def run_study(
     with FolderLock(study.path, wait=wait):
         if force:
             study.clear()
-        elif (saved := study.finished()) is not None:  # finished by another process meanwhile
+        elif (saved := study.finished(warn=False)) is not None:  # finished by another process meanwhile
             return saved
         study.open_partial()
         start = time.time()

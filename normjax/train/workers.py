@@ -64,7 +64,9 @@ def run_in_workers(fn: Callable, calls: list[dict], workers: int) -> list:
 
     Raises:
       WorkdirError: when a worker process dies (killed, out of memory) instead of returning.
+      ValueError: NORMJAX_KEEP_FREED_MEMORY is neither 0 nor 1 (`normjax.host_memory`).
     """
+    host_memory.requested()  # a bad setting is this caller's ValueError, not a worker dying at its start
     context = multiprocessing.get_context("spawn")  # fork would copy this process's running XLA threads
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_setup_worker) as pool:
         futures = [pool.submit(fn, **kwargs) for kwargs in calls]

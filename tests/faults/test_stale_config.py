@@ -96,6 +96,7 @@ def test_study_of_other_code_is_recomputed_with_a_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert _study(tmp_path)["results"] == {"twice": 2}
     assert "was computed by other code of this study; computing it again" in caplog.text
+    assert caplog.text.count("results.json was computed by other code") == 1  # said once, not per check
 
 
 def test_study_in_use_is_refused(tmp_path):
