@@ -113,24 +113,43 @@ def _rule_identity(value) -> str:
 
 
 def _values_read(rule) -> list:
-    """The numbers, strings and arrays a rule reads from module globals or closures, through the plain functions
-    it calls (4 levels deep): a rule whose global changes gets a new key, never the old program."""
+    """The numbers, strings and arrays a rule reads from module globals or closures, through the plain functions,
+    methods, containers and object attributes it reaches (4 levels deep): a rule whose global changes gets a new
+    key, never the old program. Of a module or another object, the attributes the reading code names are read
+    (`CONFIG.scale`), and so are the arrays of a pytree object (an `nnx.Param`)."""
     if isinstance(rule, jax.custom_jvp | jax.custom_vjp):
         rule = tuple(getattr(rule, name, None) for name in ("jvp", "fwd", "bwd"))
-    out, seen, todo = [], set(), [(None, rule, 0)]
+    out, seen, todo = [], set(), [(None, rule, 0, ())]
     while todo:
-        name, value, depth = todo.pop()
+        name, value, depth, names = todo.pop()  # names: the attribute names the code that reached `value` uses
         if isinstance(value, _SIMPLE):
             out.append((name, repr(value)))
-        elif isinstance(value, np.ndarray | jax.Array):
+            continue
+        if isinstance(value, np.ndarray | jax.Array):
             out.append((name, _array_digest(value)))
-        elif isinstance(value, tuple | list) and depth <= 4:
-            todo.extend((name, v, depth + 1) for v in value)
-        elif isinstance(value, types.FunctionType) and depth <= 4 and id(value) not in seen:
-            seen.add(id(value))
-            cells = [c.cell_contents for c in value.__closure__ or () if _has_contents(c)]
-            todo.extend((None, c, depth + 1) for c in cells)
-            todo.extend((n, value.__globals__[n], depth + 1) for n in value.__code__.co_names if n in value.__globals__)
+            continue
+        if depth > 4 or (id(value), names) in seen:
+            continue
+        seen.add((id(value), names))
+        below = depth + 1
+        if isinstance(value, tuple | list):
+            todo.extend((name, v, below, names) for v in value)
+        elif isinstance(value, dict):
+            todo.extend((f"{name}[{k!r}]", v, below, names) for k, v in value.items())
+        elif isinstance(value, types.MethodType):  # self's attributes, as the method's code names them
+            todo.append((name, value.__func__, below, names))
+            todo.append((name, value.__self__, below, value.__func__.__code__.co_names))
+        elif isinstance(value, types.FunctionType):
+            code = value.__code__.co_names
+            todo.extend((None, c.cell_contents, below, code) for c in value.__closure__ or () if _has_contents(c))
+            todo.extend((n, value.__globals__[n], below, code) for n in code if n in value.__globals__)
+        else:  # a module, a config object, an nnx.Variable: what the reading code names, and its pytree arrays
+            leaves = jax.tree.leaves(value)
+            if len(leaves) != 1 or leaves[0] is not value:
+                todo.extend((name, leaf, below, names) for leaf in leaves)
+            for n in names:
+                with contextlib.suppress(Exception):  # no such attribute, or a property that raises
+                    todo.append((f"{name}.{n}", getattr(value, n), below, names))
     return out
 
 

@@ -1,5 +1,7 @@
 """Never stale, compiled once per structure: trained modules, rebound closures, modules, params, pytrees."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -182,6 +184,55 @@ def test_a_global_read_by_a_rule_is_part_of_the_key(fn, monkeypatch):
     np.testing.assert_allclose(jacobian.jacobian(fn, x), 2.0 * np.eye(3))
     monkeypatch.setitem(globals(), "RULE_SCALE", 5.0)
     np.testing.assert_allclose(jacobian.jacobian(fn, x), 5.0 * np.eye(3))
+
+
+class _Holder:
+    def __init__(self):
+        self.scale = 2.0
+
+    def get(self):
+        return self.scale
+
+
+RULE_CONFIG = types.SimpleNamespace(inner=types.SimpleNamespace(scale=2.0))  # read by the rules below
+RULE_TABLE = {"scale": 2.0}
+RULE_HOLDER = _Holder()
+RULE_PARAM = nnx.Param(jnp.array(2.0))
+
+
+def _set_rule_scales(value):
+    RULE_CONFIG.inner.scale = RULE_TABLE["scale"] = RULE_HOLDER.scale = value
+    RULE_PARAM[...] = jnp.array(value)
+
+
+def _nested_attribute(primals, tangents):
+    return jnp.sin(primals[0]), RULE_CONFIG.inner.scale * tangents[0]
+
+
+def _dict_entry(primals, tangents):
+    return jnp.sin(primals[0]), RULE_TABLE["scale"] * tangents[0]
+
+
+def _method_of_an_object(primals, tangents):
+    return jnp.sin(primals[0]), RULE_HOLDER.get() * tangents[0]
+
+
+def _nnx_param(primals, tangents):
+    return jnp.sin(primals[0]), RULE_PARAM[...] * tangents[0]
+
+
+@pytest.mark.parametrize("rule", [_nested_attribute, _dict_entry, _method_of_an_object, _nnx_param])
+def test_a_global_object_a_rule_reads_into_is_part_of_the_key(rule):
+    """Mutating a global object (not rebinding it) must not leave the old program's Jacobian in place."""
+    fn, x = jax.custom_jvp(jnp.sin), jnp.ones(3)
+    fn.defjvp(rule)
+    try:
+        _set_rule_scales(2.0)
+        np.testing.assert_allclose(jacobian.jacobian(fn, x), 2.0 * np.eye(3))
+        _set_rule_scales(5.0)
+        np.testing.assert_allclose(jacobian.jacobian(fn, x), 5.0 * np.eye(3))
+    finally:
+        _set_rule_scales(2.0)
 
 
 def test_power_bound_is_honest_on_a_small_gap():
