@@ -9,6 +9,7 @@ import platform
 OPT_OUT_VAR = "NORMJAX_KEEP_FREED_MEMORY"  # "0": leave malloc as it is; "1" (the default): keep freed memory
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt parameters, <malloc.h>
 _TRIM_BYTES = 2**31 - 1  # the largest value mallopt's int takes: free memory at the heap's top is kept up to this
+_kept = False  # set by a call that took effect: nothing here undoes it
 
 
 def requested() -> bool:
@@ -34,16 +35,19 @@ def keep_freed_memory() -> bool:
     process keeps the memory of its peak, as a caching allocator does. Values computed are unchanged.
 
     Process-wide and idempotent; call it once at the start of a program (normjax's experiment mains and sweep
-    worker processes do). Set NORMJAX_KEEP_FREED_MEMORY=0 to leave malloc alone.
+    worker processes do). Set NORMJAX_KEEP_FREED_MEMORY=0 to leave malloc alone (an earlier call in this process
+    stays in effect).
 
     Returns:
-      True when the setting took effect; False when opted out or the C library is not glibc.
+      Whether this process keeps freed memory now: True once a call took effect; False when opted out (and no
+      earlier call took effect) or the C library is not glibc.
 
     Raises:
       ValueError: NORMJAX_KEEP_FREED_MEMORY is set to something other than "0" or "1".
     """
-    if not requested() or platform.libc_ver()[0] != "glibc":
-        return False
-    mallopt = ctypes.CDLL(None).mallopt
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, _TRIM_BYTES) == 1
+    global _kept
+    if requested() and not _kept and platform.libc_ver()[0] == "glibc":
+        mallopt = ctypes.CDLL(None).mallopt
+        mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+        _kept = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, _TRIM_BYTES) == 1
+    return _kept

@@ -76,3 +76,13 @@ def test_a_bad_setting_is_the_callers_error_before_any_worker_starts(monkeypatch
     monkeypatch.setenv(host_memory.OPT_OUT_VAR, "true")
     with pytest.raises(ValueError, match="NORMJAX_KEEP_FREED_MEMORY must be 0 or 1, got 'true'"):
         run_in_workers(faults_of_reuse, [{}], 1)
+
+
+def test_opting_out_later_still_reports_what_the_process_does():
+    """Nothing undoes an earlier call: a later opted-out call must not report malloc's defaults."""
+    code = (
+        "import os\nfirst = host_memory.keep_freed_memory()\nos.environ['NORMJAX_KEEP_FREED_MEMORY'] = '0'\n"
+        "print(first, host_memory.keep_freed_memory(), faults_of_reuse())"
+    )
+    first, later, faults = _in_fresh_python(code, NORMJAX_KEEP_FREED_MEMORY="1")
+    assert (first, later) == ("True", "True") and int(faults) <= PAGES // 100

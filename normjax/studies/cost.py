@@ -145,12 +145,13 @@ def compute(config, study) -> dict:
     time ratio per seed and an interval over seeds. Freed host memory is kept (`host_memory`) whoever calls it,
     so a placement's time is not its page faults."""
     kept = host_memory.keep_freed_memory()
+    tag = "" if kept else "malloc-default-"  # pieces timed under another malloc policy are never mixed in
     steps = Steps(config)
-    static = {p: study.cached(f"static-{p}", lambda p=p: steps.static(p)) for p in config.placements}
+    static = {p: study.cached(f"{tag}static-{p}", lambda p=p: steps.static(p)) for p in config.placements}
     seed_list = seeds(config)
     blocks = [(s, r) for s in seed_list for r in range(config.repeats)]
     rounds = [
-        study.cached(f"round-{s}-{r}", lambda s=s, r=r: steps.time_round(s, r))
+        study.cached(f"{tag}round-{s}-{r}", lambda s=s, r=r: steps.time_round(s, r))
         for s, r in tqdm(blocks, desc="cost: timing rounds", unit="round")
     ]
 

@@ -49,6 +49,17 @@ def test_cost_smoke(tmp_path, monkeypatch):
     assert again["results"]["runs"]["post"]["wall"] == runs["post"]["wall"]
 
 
+def test_pieces_timed_under_another_malloc_policy_are_not_reused(tmp_path, monkeypatch):
+    first = runner.run_study("cost", str(tmp_path), _tiny(), cost.compute, cost.plot)["results"]
+    (tmp_path / "cost" / "results.json").unlink()  # killed before it finished, then resumed by another process
+    monkeypatch.setattr(cost.host_memory, "keep_freed_memory", lambda: not first["host_memory_kept"])
+    rounds, time_round = [], cost.Steps.time_round
+    monkeypatch.setattr(cost.Steps, "time_round", lambda self, s, r: rounds.append((s, r)) or time_round(self, s, r))
+    again = runner.run_study("cost", str(tmp_path), _tiny(), cost.compute, cost.plot)["results"]
+    assert again["host_memory_kept"] != first["host_memory_kept"]
+    assert len(rounds) == 6  # 3 seeds x 2 rounds, every one timed again
+
+
 @pytest.mark.parametrize("preset", ["quick", "standard", "paper"])
 def test_presets_are_valid_with_three_seeds_or_more(preset):
     config = presets.get_config(preset)
