@@ -94,6 +94,7 @@ class TrainConfig:
     warmup_steps: int = _f(4000, lo=0)
     warmup_init_lr: float = _f(0.0, lo=0.0)
     end_lr: float = _f(0.0, lo=0.0)
+    decay_start: int = _f(0, lo=0)  # warmup_then_inverse_sqrt: decay from max(decay_start, warmup_steps)
     noam_d_model: int = _f(0, lo=0)  # 0 = model.d_model
     num_steps: int = _f(1000, lo=1)
     batch_size: int = _f(32, lo=1)
@@ -138,6 +139,7 @@ TRACED = (
     "warmup_steps",
     "warmup_init_lr",
     "end_lr",
+    "decay_start",
     "noam_d_model",
     "weight_decay",
     "clip_norm",

@@ -56,6 +56,7 @@ def hparams(run: RunConfig, cfg: normjax.ModelConfig) -> dict:
         label_smoothing=t.label_smoothing,
         divergence_loss=divergence_loss(t, cfg.vocab_size),
         divergence_patience=t.divergence_patience,
+        decay_start=t.decay_start,
     )
 
 

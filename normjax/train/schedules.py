@@ -4,7 +4,7 @@ from collections.abc import Callable, Mapping
 
 import jax.numpy as jnp
 
-SCHEDULES = ("constant", "inverse_sqrt", "noam", "cosine", "linear")
+SCHEDULES = ("constant", "inverse_sqrt", "warmup_then_inverse_sqrt", "noam", "cosine", "linear")
 
 Hparams = Mapping[str, jnp.ndarray]
 
@@ -32,6 +32,18 @@ def inverse_sqrt(step, hp):
     """
     warmup = jnp.maximum(hp["warmup_steps"], 1.0)
     decay = hp["lr"] * jnp.sqrt(warmup / jnp.maximum(step, warmup))
+    return jnp.where(_in_warmup(step, hp), _warmup(step, hp), decay)
+
+
+def warmup_then_inverse_sqrt(step, hp):
+    """Linear warmup, then lr until decay_start and lr * sqrt(decay_start / step) after it.
+
+    The tail does not depend on warmup_steps: arms that share lr and decay_start (>= every arm's warmup)
+    have equal lrs from the end of their warmups on, so a no-warmup arm differs from a warmup arm only
+    in the warmup (the fair control; fairseq's `inverse_sqrt` anchors its decay at the warmup's end).
+    """
+    start = jnp.maximum(jnp.maximum(hp["decay_start"], hp["warmup_steps"]), 1.0)
+    decay = hp["lr"] * jnp.sqrt(start / jnp.maximum(step, start))
     return jnp.where(_in_warmup(step, hp), _warmup(step, hp), decay)
 
 
@@ -68,6 +80,7 @@ def linear(step, hp):
 _BY_NAME: dict[str, Callable] = {
     "constant": constant,
     "inverse_sqrt": inverse_sqrt,
+    "warmup_then_inverse_sqrt": warmup_then_inverse_sqrt,
     "noam": noam,
     "cosine": cosine,
     "linear": linear,
@@ -81,7 +94,7 @@ def learning_rate(kind: str, step: jnp.ndarray | int, hparams: Hparams) -> jnp.n
       kind: one of SCHEDULES (a static choice: it selects the formula).
       step: scalar step, Python number or traced array.
       hparams: scalars (traced in the train step): lr, warmup_steps, warmup_init_lr, total_steps,
-        end_lr, d_model (noam only).
+        end_lr, d_model (noam only), decay_start (warmup_then_inverse_sqrt only).
 
     Returns:
       A float32 scalar.
@@ -90,3 +103,39 @@ def learning_rate(kind: str, step: jnp.ndarray | int, hparams: Hparams) -> jnp.n
         raise ValueError(f"unknown schedule {kind!r}; valid choices: {', '.join(SCHEDULES)}")
     hp = {k: jnp.asarray(v, jnp.float32) for k, v in hparams.items()}
     return _BY_NAME[kind](jnp.asarray(step, jnp.float32), hp)
+
+
+# Schedules whose lr after the warmup does not depend on warmup_steps (given the arms' shared hparams).
+FAIR_CONTROLS = ("constant", "warmup_then_inverse_sqrt")
+
+
+def control_arms(kind: str, warmups, hparams: Hparams) -> list[dict]:
+    """The hparams of arms that differ only in warmup_steps, for a schedule of FAIR_CONTROLS.
+
+    warmup_then_inverse_sqrt gets decay_start = max(warmups, hparams["decay_start"]), so every arm
+    decays from the same step.
+    """
+    if kind not in FAIR_CONTROLS:
+        raise ValueError(f"schedule {kind!r} is no fair warmup control; use one of {', '.join(FAIR_CONTROLS)}")
+    shared = dict(hparams)
+    if kind == "warmup_then_inverse_sqrt":
+        shared["decay_start"] = max([float(hparams.get("decay_start", 0.0)), *map(float, warmups)])
+    return [shared | {"warmup_steps": float(w)} for w in warmups]
+
+
+def control_mismatch(kind: str, arms, num_steps: int) -> str | None:
+    """None if every two arms have equal lrs at every step from the longer warmup's end to num_steps;
+    otherwise the first disagreement, as one line."""
+    steps = jnp.arange(num_steps + 1, dtype=jnp.float32)
+    lrs = [learning_rate(kind, steps, hp) for hp in arms]
+    for i in range(len(arms)):
+        for j in range(i + 1, len(arms)):
+            start = int(max(arms[i]["warmup_steps"], arms[j]["warmup_steps"]))
+            bad = jnp.nonzero(lrs[i][start:] != lrs[j][start:], size=1, fill_value=-1)[0][0]
+            if bad >= 0:
+                t = start + int(bad)
+                return (
+                    f"{kind}: warmup {arms[i]['warmup_steps']:g} gives lr {float(lrs[i][t]):.4g} at step {t}, "
+                    f"warmup {arms[j]['warmup_steps']:g} gives {float(lrs[j][t]):.4g}"
+                )
+    return None

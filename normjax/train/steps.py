@@ -25,7 +25,10 @@ HPARAMS = (
     "label_smoothing",
     "divergence_loss",
     "divergence_patience",
+    "decay_start",
 )
+# Traced hyperparameters that a caller may leave out (the value used then).
+HPARAM_DEFAULTS = {"decay_start": 0.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +64,7 @@ class TrainState:
 
 def init_state(spec: StepSpec, model: nnx.Module, seed: int, hparams: dict) -> TrainState:
     """Splits `model` and builds the initial state; `hparams` must name every entry of HPARAMS."""
+    hparams = HPARAM_DEFAULTS | dict(hparams)
     missing = set(HPARAMS) - set(hparams)
     if missing:
         raise ValueError(f"missing hyperparameters: {sorted(missing)}")
