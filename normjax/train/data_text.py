@@ -1,7 +1,9 @@
 """Local text corpora: a byte-level LM corpus from a directory and IWSLT14-style parallel files."""
 
+import hashlib
 import os
 import pathlib
+import platform
 import sysconfig
 
 import numpy as np
@@ -31,39 +33,71 @@ def _corpus_files(directory: str, suffix: str) -> list[pathlib.Path]:
     return sorted(p for p in root.rglob(f"*{suffix}") if p.is_file() and not set(p.relative_to(root).parts) & set(skip))
 
 
+def _read_corpus(root: str, suffix: str, max_bytes: int):
+    """(file, bytes used) in sorted path order, streamed: at most max_bytes in all, the last file cut short."""
+    left = max_bytes
+    for path in _corpus_files(root, suffix):
+        if left <= 0:
+            return
+        with open(path, "rb") as f:
+            data = f.read(left)
+        left -= len(data)
+        yield path, data
+
+
+def _checked_root(directory: str, suffix: str) -> str:
+    root = directory or stdlib_dir()
+    if not os.path.isdir(root):
+        raise DataError(f"config.data.path={root!r} is not a folder")
+    return root
+
+
 def load_byte_corpus(
     directory: str = "", suffix: str = ".py", max_bytes: int = 4_000_000, valid_every: int = 20
 ) -> dict[str, np.ndarray]:
     """Byte ids of the text files under `directory` (default: the stdlib), split by file.
 
-    Files are read in sorted path order until `max_bytes`; every `valid_every`-th file goes to
-    "valid", the rest to "train". Each file ends with eos.
+    Files are read in sorted path order, streamed, until `max_bytes` in all (the last file cut short);
+    every `valid_every`-th file goes to "valid", the rest to "train". Each file ends with eos.
 
     Returns:
       {"train": int32 ids, "valid": int32 ids}.
     """
-    root = directory or stdlib_dir()
-    if not os.path.isdir(root):
-        raise DataError(f"config.data.path={root!r} is not a folder")
-    files = _corpus_files(root, suffix)
-    if len(files) < 2:
-        raise DataError(
-            f"config.data.path={root!r} holds {len(files)} *{suffix} file(s) (config.data.suffix); "
-            "bytes_lm needs at least 2 (one for validation)"
-        )
+    root = _checked_root(directory, suffix)
     parts: dict[str, list[np.ndarray]] = {"train": [], "valid": []}
-    total = 0
-    for i, path in enumerate(files):
-        data = np.frombuffer(path.read_bytes(), np.uint8).astype(np.int32) + BYTE_OFFSET
+    for i, (_, data) in enumerate(_read_corpus(root, suffix, max_bytes)):
+        ids = np.frombuffer(data, np.uint8).astype(np.int32) + BYTE_OFFSET
         parts["valid" if i % valid_every == valid_every - 1 else "train"].append(
-            np.append(data, SPECIALS.index("</s>")).astype(np.int32)
+            np.append(ids, SPECIALS.index("</s>")).astype(np.int32)
         )
-        total += data.size
-        if total >= max_bytes:
-            break
+    if len(parts["train"]) + len(parts["valid"]) < 2:
+        raise DataError(
+            f"config.data.path={root!r} gives {len(parts['train']) + len(parts['valid'])} *{suffix} file(s) "
+            f"(config.data.suffix) within config.data.max_bytes={max_bytes}; bytes_lm needs at least 2 "
+            "(one for validation)"
+        )
     if not parts["valid"]:
         parts["valid"].append(parts["train"].pop())
     return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def byte_corpus_record(directory: str = "", suffix: str = ".py", max_bytes: int = 4_000_000) -> dict:
+    """What names the bytes `load_byte_corpus` uses, for a results.json.
+
+    Returns:
+      {"sha256": of the bytes used, file after file in read order (what `cat` of the files, the last cut
+      to its bytes used, gives), "num_bytes", "files" (how many), "python_version"}.
+    """
+    digest, num_bytes, files = hashlib.sha256(), 0, 0
+    for _, data in _read_corpus(_checked_root(directory, suffix), suffix, max_bytes):
+        digest.update(data)
+        num_bytes, files = num_bytes + len(data), files + 1
+    return {
+        "sha256": digest.hexdigest(),
+        "num_bytes": num_bytes,
+        "files": files,
+        "python_version": platform.python_version(),
+    }
 
 
 def read_lines(path: str) -> list[str]:

@@ -1,5 +1,8 @@
 """Synthetic task determinism and structure, batching invariants, local text loaders on test files."""
 
+import hashlib
+import platform
+
 import numpy as np
 import pytest
 
@@ -106,6 +109,41 @@ def test_byte_corpus_from_a_folder(tmp_path):
     np.testing.assert_array_equal(corpus["train"], expected(["m0.py", "m2.py"]))
     np.testing.assert_array_equal(corpus["valid"], expected(["m1.py", "m3.py"]))
     assert len(data_text.byte_vocab()) == 256 + data_text.BYTE_OFFSET
+
+
+def test_byte_corpus_stops_at_max_bytes_and_its_record_hashes_the_bytes_used(tmp_path, monkeypatch):
+    texts = {f"m{i}.py": (f"# file {i}\n" * 40).encode() for i in range(3)}
+    for name, text in texts.items():
+        (tmp_path / name).write_bytes(text)
+    used = texts["m0.py"] + texts["m1.py"][:50]
+    max_bytes = len(used)
+    reads = []
+    real_open = open
+
+    def spy(path, mode="r", *a, **kw):
+        f = real_open(path, mode, *a, **kw)
+        if "b" in mode:
+            real_read = f.read
+            f.read = lambda n=-1: reads.append(n) or real_read(n)
+        return f
+
+    monkeypatch.setattr("builtins.open", spy)
+    corpus = data_text.load_byte_corpus(str(tmp_path), ".py", max_bytes=max_bytes, valid_every=2)
+    assert reads and all(0 < n <= max_bytes for n in reads)  # never a whole-file read past the budget
+    assert corpus["train"].size + corpus["valid"].size == max_bytes + 2  # two files, each with its eos
+    np.testing.assert_array_equal(
+        corpus["valid"][:-1], np.frombuffer(texts["m1.py"][:50], np.uint8) + data_text.BYTE_OFFSET
+    )
+    record = data_text.byte_corpus_record(str(tmp_path), ".py", max_bytes=max_bytes)
+    assert record == {
+        "sha256": hashlib.sha256(used).hexdigest(),
+        "num_bytes": max_bytes,
+        "files": 2,
+        "python_version": platform.python_version(),
+    }
+    assert data_text.byte_corpus_record(str(tmp_path), ".py", max_bytes=max_bytes + 1)["sha256"] != record["sha256"]
+    with pytest.raises(data_text.DataError, match="max_bytes=10"):
+        data_text.load_byte_corpus(str(tmp_path), ".py", max_bytes=10)
 
 
 def _write_parallel(folder, lines_de, lines_en):
