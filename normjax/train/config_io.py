@@ -127,10 +127,10 @@ def parse(config, num_devices: int = 1) -> RunConfig:
         )
     if train.max_tokens == 0 and train.batch_size % num_devices:
         raise ConfigError(f"config.train.batch_size={train.batch_size} is not divisible by the {num_devices} devices")
-    if train.weight_decay > 0 and train.optimizer not in ("adamw", "sgd"):
+    if train.weight_decay > 0 and train.optimizer not in ("adamw", "sgd", "muon"):
         raise ConfigError(
             f"config.train.weight_decay={train.weight_decay} needs config.train.optimizer "
-            f"'adamw' or 'sgd', not {train.optimizer!r}"
+            f"'adamw', 'sgd' or 'muon', not {train.optimizer!r}"
         )
     return RunConfig(model=model, data=data, train=train)
 

@@ -6,7 +6,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-OPTIMIZERS = ("adam", "adamw", "sgd", "radam")
+OPTIMIZERS = ("adam", "adamw", "sgd", "radam", "muon")
+
+# Muon's update RMS matched to AdamW's (Liu et al. 2025, arXiv 2502.16982), so one lr serves both branches.
+MUON_RMS = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,8 +28,41 @@ class OptimizerSpec:
             raise ValueError(f"unknown optimizer {self.name!r}; valid choices: {', '.join(OPTIMIZERS)}")
 
 
+def _key_name(key) -> str:
+    return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
+
+
+def muon_dimensions(params):
+    """Muon's dimension numbers per leaf: the kernels of the blocks (under "stacks"; a scanned stack's
+    leading layer axis is a batch axis) as (reduction -2, output -1); None (Adam) for embeddings, the head,
+    norms, biases, gains and scalars."""
+
+    def one(path, x):
+        names = [_key_name(k) for k in path]
+        hidden = "stacks" in names and "kernel" in names and x.ndim >= 2
+        return optax.contrib.MuonDimensionNumbers(reduction_axis=-2, output_axis=-1) if hidden else None
+
+    return jax.tree_util.tree_map_with_path(one, params)
+
+
 def direction(spec: OptimizerSpec) -> optax.GradientTransformation:
-    """The update direction before the (traced) lr: Adam/RAdam moments or SGD momentum."""
+    """The update direction before the (traced) lr: Adam/RAdam moments, SGD momentum or Muon.
+
+    Muon is `optax.contrib.muon` (Newton-Schulz orthogonalized momentum, beta = `momentum`, Nesterov if
+    `nesterov`) on the blocks' weight matrices (`muon_dimensions`) and optax's Adam (b1, b2, eps; Nesterov
+    too if `nesterov`, as optax does) on the rest, with the Muon update scaled to RMS MUON_RMS.
+    """
+    if spec.name == "muon":
+        return optax.contrib.muon(
+            learning_rate=-1.0,  # scale_by_learning_rate(-1) multiplies by +1: the lr comes in updates()
+            beta=spec.momentum,
+            eps=spec.eps,
+            nesterov=spec.nesterov,
+            adam_b1=spec.b1,
+            adam_b2=spec.b2,
+            muon_weight_dimension_numbers=muon_dimensions,
+            consistent_rms=MUON_RMS,
+        )
     if spec.name in ("adam", "adamw"):
         return optax.scale_by_adam(b1=spec.b1, b2=spec.b2, eps=spec.eps)
     if spec.name == "radam":
