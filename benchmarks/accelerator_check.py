@@ -139,7 +139,7 @@ def ablation_command(size: str, steps: int, iwslt: str, workdir: str) -> tuple[l
 
 _SCALED_GRID = '''"""The :paper warmup ablation grid, warmup axis scaled to a {steps}-step run (accelerator_check)."""
 
-from normjax.experiments.configs.warmup_ablation import get_config as paper_config
+from normjax.studies.warmup_ablation.config import get_config as paper_config
 from normjax.train.config_io import sweep_axes
 
 

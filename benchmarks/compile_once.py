@@ -25,7 +25,7 @@ from flax import nnx
 
 import normjax
 from normjax import jacobian
-from normjax.jacobian import model_jacobians
+from normjax.probes import model_jacobians
 
 _NUM_LAYERS = flags.DEFINE_integer("num_layers", 8, "Blocks in the model of the block_fn rows.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 8, "Tokens per Jacobian: n = seq_len * 64.")

@@ -1,6 +1,6 @@
-"""`python -m experiments.ln_jacobian` in the repository: runs `python -m normjax.experiments.ln_jacobian`."""
+"""`python -m experiments.ln_jacobian` in the repository: runs `python -m normjax.studies.ln_jacobian`."""
 
 import runpy
 
 if __name__ == "__main__":
-    runpy.run_module("normjax.experiments.ln_jacobian", run_name="__main__", alter_sys=True)
+    runpy.run_module("normjax.studies.ln_jacobian", run_name="__main__", alter_sys=True)

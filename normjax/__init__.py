@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"  # the package version (pyproject.toml reads it from here)
 
+import normjax.blas_threads  # noqa: F401 (first: one OpenBLAS thread in `python -m normjax.<main>`)
 from normjax import jacobian, registry
 from normjax.blocks import Block, BlockContext
 from normjax.config import NORMS, PLACEMENTS, ModelConfig

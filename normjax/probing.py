@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from normjax.blocks import BlockContext, split_records
+from normjax.jacobian import traced
 from normjax.layers import attention_bias
 from normjax.model import Transformer
 from normjax.placements import DualStream
@@ -153,8 +154,6 @@ def _pure(model: Transformer, stack: str | None, context: BlockContext | None, b
     def f(x):
         _check_stream_kind(model, stack, x)
         if cached and not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(x)):
-            from normjax.jacobian import traced  # normjax.jacobian imports normjax: import late
-
             return traced.evaluate(f, x)
         x_BTD, squeeze = _as_batched(x)
         ctx = context

@@ -9,7 +9,7 @@ import sys
 from absl import app, flags
 
 from normjax.io import WorkdirError
-from normjax.report.build import build_report
+from normjax.studies.report import build_report
 
 _WORKDIR = flags.DEFINE_string("workdir", "results", "Folder holding <experiment>/results.json.")
 _WALL_TIME = flags.DEFINE_float(

@@ -13,7 +13,7 @@ from flax import nnx
 
 import normjax
 from normjax.experiments import common
-from normjax.experiments.configs import warmup_ablation as warmup_ablation_config
+from normjax.studies.warmup_ablation import config as warmup_ablation_config
 from normjax.train import memory
 from normjax.train.config_io import ConfigError, default_config, path_component, sweep_axes
 from normjax.train.sweep import expand
@@ -38,7 +38,8 @@ BYTES_LM = ["--config.data.task=bytes_lm", "--config.model.arch=decoder"]
 
 def _cli(name: str, args: list[str], workdir) -> int:
     """The CLI `name` in this process ("{no_workdir}" in args: no --workdir flag)."""
-    exp = importlib.import_module(f"normjax.experiments.{name}").EXPERIMENT
+    module = "normjax.experiments.train" if name == "train" else f"normjax.studies.{name}.__main__"
+    exp = importlib.import_module(module).EXPERIMENT
     workdir = [] if "{no_workdir}" in args else [f"--workdir={workdir}"]
     return common.run_cli(exp, ["prog", *workdir, *[a for a in args if a != "{no_workdir}"]])
 
@@ -192,7 +193,7 @@ def test_an_override_of_a_swept_key_replaces_the_axis(tmp_path, capsys):
 def test_the_grid_needs_the_axes_of_the_heat_maps(tmp_path, capsys):
     config = tmp_path / "grid.py"
     config.write_text(
-        "from normjax.experiments.configs import warmup_ablation\n"
+        "from normjax.studies.warmup_ablation import config as warmup_ablation\n"
         "def get_config():\n"
         "    c = warmup_ablation.get_config('quick')\n"
         "    del c.sweep.axes['train.lr']\n"
@@ -233,13 +234,13 @@ def test_memory_check_names_the_estimate_and_the_memory():
 
 
 def test_a_cli_runs_from_another_directory(tmp_path):
-    """python -m normjax.experiments.<name> from a temporary folder: the packaged preset, results written."""
+    """python -m normjax.studies.<name> from a temporary folder: the packaged preset, results written."""
     tiny = "--config.num_layers=2 --config.d_model=16 --config.d_ff=32 --config.num_heads=2 --config.vocab_size=32"
     args = [*tiny.split(), "--config.seq_len=4", "--config.batch_size=2", "--config.num_seeds=1"]
     args += ["--config.placements=pre", "--config.settings=real", "--workdir=out", "--progress=false"]
     env = os.environ | {"PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(
-        [sys.executable, "-m", "normjax.experiments.hidden_norms", *args],
+        [sys.executable, "-m", "normjax.studies.hidden_norms", *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,

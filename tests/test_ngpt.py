@@ -9,7 +9,11 @@ from flax import nnx
 
 import normjax
 from normjax import init
-from normjax.studies import deep_training, grad_norms_at_init, hidden_norms, jacobian_spectrum, runner
+from normjax.studies import runner
+from normjax.studies.deep_training import measure as deep_training
+from normjax.studies.grad_norms_at_init import measure as grad_norms_at_init
+from normjax.studies.hidden_norms import measure as hidden_norms
+from normjax.studies.jacobian_spectrum import measure as jacobian_spectrum
 from normjax.train import steps
 
 

@@ -1,6 +1,5 @@
 """The report builder: rules judge results.json when the report is built; every claim gets a row."""
 
-import importlib
 import os
 import pathlib
 import subprocess
@@ -9,12 +8,13 @@ import types
 
 import pytest
 
+from normjax import studies
 from normjax.io import CorruptFileError, write_json
-from normjax.report import CLAIMS, claims_doc, verdict_row
-from normjax.report import judge as judge_module
-from normjax.report.build import build_report
+from normjax.report import CLAIMS, verdict_row
 from normjax.report.claims import CONSTRUCTION
-from normjax.studies import hidden_norms, runner
+from normjax.studies import claims_doc, runner
+from normjax.studies.hidden_norms import measure as hidden_norms
+from normjax.studies.report import build_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -24,9 +24,10 @@ def fake_rules(monkeypatch):
     """Studies 'alpha' and 'beta' whose rules return the rows stored in their results (a stand-in measurement)."""
     module = types.ModuleType("fake_rules")
     module.verdicts = lambda results: results["rows"]
-    monkeypatch.setitem(sys.modules, "fake_rules", module)
     for name in ("alpha", "beta"):
-        monkeypatch.setitem(judge_module.RULES, name, "fake_rules")
+        rules = lambda results: module.verdicts(results)  # noqa: B023 (the test rewrites module.verdicts)
+        fake = studies.Study(name, types.ModuleType(name), types.ModuleType(name), rules, claims=CLAIMS)
+        monkeypatch.setitem(studies.BY_NAME, name, fake)
     return module
 
 
@@ -158,19 +159,18 @@ def test_report_cli_names_a_truncated_results_file_in_one_line(tmp_path):
 
 def test_the_cache_fingerprint_covers_library_code_but_not_rules_or_sibling_studies():
     files = {os.path.relpath(f, ROOT / "normjax") for f in runner.code_files(hidden_norms.compute)}
-    assert {"model.py", "init.py", "jacobian/traced.py", "studies/hidden_norms.py", "report/rules.py"} <= files
+    assert {"model.py", "init.py", "jacobian/traced.py", "studies/hidden_norms/measure.py", "studies/seeds.py"} <= files
     assert not {f for f in files if f.startswith("train/")}  # imported by the package, not used by this study
-    assert not {f for f in files if f.endswith("_verdicts.py") or f.startswith("report/") and f != "report/rules.py"}
-    for study in judge_module.RULES:
-        module = importlib.import_module(f"normjax.studies.{study}")
-        files = {os.path.basename(f) for f in runner.code_files(module.compute)}
-        siblings = {f"{other}.py" for other in judge_module.RULES if other != study}
-        assert not files & siblings, f"{study}'s cache key covers sibling studies {files & siblings}"
+    assert not {f for f in files if f.endswith(("verdicts.py", "config.py")) or f.startswith("report/")}
+    for study in studies.STUDIES:
+        files = {os.path.relpath(f, ROOT / "normjax" / "studies") for f in runner.code_files(study.compute)}
+        siblings = {f for f in files if f.split(os.sep)[0] in studies.BY_NAME and f.split(os.sep)[0] != study.name}
+        assert not siblings, f"{study.name}'s cache key covers sibling studies {siblings}"
 
 
 def test_docs_claims_md_is_generated_from_the_registry_and_rule_thresholds():
     with open(claims_doc.DOC) as f:
-        assert f.read() == claims_doc.render(), "docs/claims.md is stale: run python -m normjax.report.claims_doc"
+        assert f.read() == claims_doc.render(), "docs/claims.md is stale: run python -m normjax.studies.claims_doc"
     assert all(f"### {claim}: " in claims_doc.render() for claim in CLAIMS)
 
 

@@ -6,7 +6,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from normjax.report.rules import combine, mean_ci, seeds
+from normjax.report.rules import combine, mean_ci
+from normjax.studies.seeds import seeds
 
 
 def test_combine_all_some_none():

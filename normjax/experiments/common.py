@@ -20,10 +20,9 @@ import tqdm.std
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from normjax import host_memory
-from normjax.experiments import configs, schemas
+from normjax import host_memory, studies
 from normjax.io import config_diff
-from normjax.studies import runner
+from normjax.studies import runner, schema
 from normjax.train import cli, memory
 from normjax.train.config_io import ConfigError
 
@@ -39,6 +38,7 @@ class Experiment:
     kind: str  # STUDY: WORKDIR/<name>/ with results.json; TRAIN: one run folder; SWEEP: a grid's folder
     validate: Callable
     run: Callable
+    config_path: str  # the packaged presets (`get_config(arg)`), the default --config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,28 +55,49 @@ class Args:
     provenance: dict = dataclasses.field(default_factory=dict)  # {"preset": name, "differs": [dotted keys]}
 
 
-def resolve_config_path(spec: str) -> str:
-    """`--config` as given when that file exists, else the packaged file of the same name when the path
-    names a `configs/` folder (so `experiments/configs/<name>.py:quick` works from any directory).
+def packaged_config(path: str) -> str | None:
+    """The packaged preset file a path names when it is not a file here: `normjax/studies/<name>/config.py`
+    (from any directory, installed or not), the older `experiments/configs/<name>.py`, and the train presets."""
+    parts = os.path.normpath(path).split(os.sep)
+    name = None
+    if len(parts) >= 3 and parts[-1] == "config.py" and parts[-3] == "studies":
+        name = parts[-2]
+    elif len(parts) >= 2 and parts[-2] == "configs" and parts[-1].endswith(".py"):
+        name = parts[-1][: -len(".py")]
+    if name in studies.BY_NAME:
+        return studies.BY_NAME[name].config_path
+    if name == "train" or parts[-2:] == ["train", "presets.py"]:
+        from normjax.train import presets
+
+        return os.path.abspath(presets.__file__)
+    return None
+
+
+def resolve_config_path(spec: str, default: str) -> str:
+    """`--config` as given when that file exists; `:preset` alone is that preset of the main's own file
+    (`default`); a path to a packaged preset file (see packaged_config) reads the installed one.
 
     Raises:
       ConfigError: neither exists.
     """
     path, sep, arg = spec.partition(":")
+    if not path and sep:
+        return default + sep + arg
     if os.path.isfile(path):
         return spec
-    packaged = configs.path(os.path.splitext(os.path.basename(path))[0])
-    if os.path.basename(os.path.dirname(path)) in ("configs", "") and os.path.isfile(packaged):
+    packaged = packaged_config(path)
+    if packaged is not None:
         return packaged + sep + arg
-    raise ConfigError(f"--config file {path!r} not found (relative to {os.getcwd()}; presets: {configs.CONFIG_DIR})")
+    raise ConfigError(f"--config file {path!r} not found (relative to {os.getcwd()}; presets: {default}, or :<preset>)")
 
 
-def _rewrite_config_arg(argv: list[str]) -> tuple[list[str], str | None]:
-    """argv with every --config=<file> resolved; the last one (None when absent)."""
+def _rewrite_config_arg(argv: list[str], default: str) -> tuple[list[str], str | None]:
+    """argv with every --config=<file> resolved (`default`: the main's own preset file); the last one (None when
+    absent)."""
     out, spec = [], None
     for i, arg in enumerate(argv):
         if arg.startswith(("--config=", "-config=")):
-            spec = resolve_config_path(arg.split("=", 1)[1])
+            spec = resolve_config_path(arg.split("=", 1)[1], default)
             arg = f"--config={spec}"
         elif arg in ("--config", "-config") and i + 1 < len(argv):
             raise ConfigError("write --config=<file>[:preset] (with '=')")
@@ -110,8 +131,8 @@ def define_flags(exp: Experiment, argv: list[str], fv: flags.FlagValues, default
 def parse_argv(exp: Experiment, fv: flags.FlagValues, argv: list[str]) -> list[str]:
     """Defines and parses the flags; any config error prints one line and exits with status 2."""
     with cli.exit_on_config_error():
-        argv, spec = _rewrite_config_arg(list(argv))
-        default_spec = f"{configs.path(exp.name)}:quick"
+        argv, spec = _rewrite_config_arg(list(argv), exp.config_path)
+        default_spec = f"{exp.config_path}:quick"
         argv = cli.check_overrides(argv, cli.load_config(spec or default_spec))
         define_flags(exp, argv, fv, default_spec)
     return cli.parse_flags(argv, fv)
@@ -161,11 +182,11 @@ def progress_bars(enabled: bool):
 def provenance(exp: Experiment, argv: list[str], config) -> dict:
     """Which preset the run's config came from and the dotted keys in which it differs from that preset
     (command-line overrides), for the report to mark runs that are not their preset."""
-    _, spec = _rewrite_config_arg(list(argv))
-    spec = spec or f"{configs.path(exp.name)}:quick"
+    _, spec = _rewrite_config_arg(list(argv), exp.config_path)
+    spec = spec or f"{exp.config_path}:quick"
     path, _, preset = spec.partition(":")
     name = preset or "default"
-    if os.path.abspath(path) != os.path.abspath(configs.path(exp.name)):
+    if os.path.abspath(path) != os.path.abspath(exp.config_path):
         name = f"{os.path.basename(path)}:{name}"  # a user's own config file
     diffs = config_diff(cli.load_config(spec).to_dict(), config.to_dict())
     return {"preset": name, "differs": [d.split(":", 1)[0] for d in diffs]}
@@ -197,7 +218,7 @@ def main(exp: Experiment, fv: flags.FlagValues, argv: list[str], full_argv: list
             print(json.dumps(resolved, indent=2, default=str))
             return
         check_workdir(args.workdir)
-        if exp.kind == STUDY:
+        if exp.kind in (STUDY, SWEEP):  # a study's folder is WORKDIR/<name>, a sweep's too (warmup_ablation)
             check_workdir(os.path.join(args.workdir, exp.name))
         with progress_bars(args.progress):
             exp.run(args)
@@ -209,23 +230,24 @@ def launch(exp: Experiment) -> None:
     app.run(lambda rest: main(exp, flags.FLAGS, rest, argv), flags_parser=lambda a: parse_argv(exp, flags.FLAGS, a))
 
 
-def study(name: str, module, after: Callable | None = None) -> Experiment:
-    """The Experiment of a normjax.studies module: its schema, a memory check, runner.run_study, then
+def study(record: studies.Study, after: Callable | None = None) -> Experiment:
+    """The Experiment of a study (`normjax.studies.Study`): its schema, a memory check, runner.run_study, then
     `after(saved)` (e.g. printing a table)."""
 
     def validate(args: Args, num_devices: int) -> dict:
-        schemas.validate(name, args.config)
-        memory.check_fits(*schemas.largest_model(name, args.config.to_dict()), training=name == "deep_training")
+        schema.validate(record, args.config)
+        memory.check_fits(*schema.largest_model(record, args.config.to_dict()), training=record.training)
         return args.config.to_dict()
 
     def run(args: Args) -> None:
         saved = runner.run_study(
-            name, args.workdir, args.config, module.compute, module.plot, force=args.force, provenance=args.provenance
-        )
+            record.name, args.workdir, args.config, record.compute, record.plot, force=args.force,
+            provenance=args.provenance,
+        )  # fmt: skip
         if after is not None:
             after(saved)
 
-    return Experiment(name, STUDY, validate, run)
+    return Experiment(record.name, STUDY, validate, run, record.config_path)
 
 
 def run_cli(exp: Experiment, argv: list[str]) -> int:

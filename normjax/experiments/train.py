@@ -1,6 +1,6 @@
 """Runs one training job and writes config.json, metrics.jsonl, summary.json and checkpoints.
 
-  python -m experiments.train --config=experiments/configs/train.py:quick --workdir=/tmp/run \
+  python -m experiments.train --config=:quick --workdir=/tmp/run \
       [--config.train.lr=1e-3] [--distributed] [--print_config] [--force]
 
 Rerunning with the same --workdir resumes from the last intact checkpoint (or does nothing once finished);
@@ -8,12 +8,13 @@ a workdir of another config is refused (exit 2, naming the keys) unless --force.
 """
 
 import json
+import os
 
 import jax
 
 from normjax import train
 from normjax.experiments import common
-from normjax.train import job, memory
+from normjax.train import job, memory, presets
 
 
 def validate(args: common.Args, num_devices: int) -> dict:
@@ -30,7 +31,7 @@ def run(args: common.Args) -> None:
     print(json.dumps(summary, indent=2, sort_keys=True))
 
 
-EXPERIMENT = common.Experiment("train", common.TRAIN, validate, run)
+EXPERIMENT = common.Experiment("train", common.TRAIN, validate, run, os.path.abspath(presets.__file__))
 
 if __name__ == "__main__":
     common.launch(EXPERIMENT)

@@ -5,7 +5,7 @@ import numpy as np
 
 import normjax
 from normjax.jacobian import exact, spectral
-from normjax.jacobian.probes import run_probe
+from normjax.probes.model_probes import run_probe
 
 
 def one_sequence(inputs, masks, index: int):

@@ -176,3 +176,10 @@ def output_change(
         "relative": float(np.linalg.norm(dy) / np.linalg.norm(y0)),
         "max": float(np.max(np.abs(dy))),
     }
+
+
+def model_update(logits_BTV, logits0_BTV) -> float:
+    """DeepNet's model update ||F(x, theta_t) - F(x, theta_0)|| - F(x, theta_0)||: rms over the tokens of x of the L2
+    norm of the logit change."""
+    d_BTV = np.asarray(logits_BTV, np.float64) - np.asarray(logits0_BTV, np.float64)
+    return float(np.sqrt(np.mean(np.sum(d_BTV**2, axis=-1))))

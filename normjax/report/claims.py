@@ -16,98 +16,95 @@ FOLKLORE = "common explanations of Post-LN vs Pre-LN (the notes this project beg
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """One claim the project checks: where it comes from, what it says, which studies measure it."""
+    """One claim the project checks: where it comes from and what it says (each study lists the claims it
+    measures: `normjax.studies.STUDIES`)."""
 
     id: str
     title: str  # one line, shown in the report's tables
     source: str
     statement: str  # the claim in this project's words, with the prediction a study can test
-    studies: tuple[str, ...]
 
 
 REGISTRY = (
     Claim("S1", "Post-LN: LN input grows with depth, dLN/dz shrinks, gradients vanish toward shallow layers",
           FOLKLORE, "In Post-LN the input z = x + F(x) of every LayerNorm grows with depth, so ||dLN/dz|| = 1/sigma "
-          "shrinks and gradients decay exponentially toward the first layers.", ("ln_jacobian", "grad_norms_at_init")),
+          "shrinks and gradients decay exponentially toward the first layers."),
     Claim("S2", "LN divides by sigma_l ~ sqrt(l): gradient ~ 1/depth near the output, explodes near the input",
           FOLKLORE + ", attributed to Xiong et al", "Because LN divides by sigma_l ~ sqrt(l), the last layer's "
-          "gradient scales like 1/L while the first layer's grows with L.", ("ln_jacobian", "depth_scaling")),
+          "gradient scales like 1/L while the first layer's grows with L."),
     Claim("S3", "Pre-LN identity path: dx_L/dx_l = I + sum dF/dx, gradients reach layer 1 undamped", FOLKLORE,
           "The Pre-LN residual path makes dx_L/dx_l = I + sum_k dF_k/dx_l, so no gradient direction is damped on its "
-          "way to the first layer.", ("grad_norms_at_init", "jacobian_spectrum")),
+          "way to the first layer."),
     Claim("S4", "Pre-LN residual stream grows without bound with depth; a final norm is needed", FOLKLORE,
-          "Pre-LN's residual stream grows with depth (at init and in training), so the head needs a final norm.",
-          ("hidden_norms", "deep_training")),
+          "Pre-LN's residual stream grows with depth (at init and in training), so the head needs a final norm."),
     Claim("S5", "Post-LN needs warmup; Pre-LN tolerates larger lr and short or no warmup", FOLKLORE,
           "Without warmup Post-LN fails (diverges or stalls at the unigram level) at learning rates Pre-LN trains "
-          "at; Pre-LN tolerates larger learning rates and short or no warmup.", ("warmup_ablation",)),
+          "at; Pre-LN tolerates larger learning rates and short or no warmup."),
     Claim("S6", "Pre-LN and Post-LN cost the same time and memory per step", FOLKLORE,
-          "A Pre-LN and a Post-LN step of the same model cost the same time and memory.", ("cost",)),
+          "A Pre-LN and a Post-LN step of the same model cost the same time and memory."),
     Claim("S7", "ReZero is the identity at init; DeepNorm lets Post-LN scale to very deep stacks", FOLKLORE,
           "ReZero's network is the identity at init; DeepNorm trains at depths where Post-LN fails with the same "
-          "lr and warmup.", ("jacobian_spectrum", "deep_training")),
+          "lr and warmup."),
     Claim("X1", "Post-LN x = LN(x + F(x)); Pre-LN x = x + F(LN(x)) plus a final LN", XIONG,
-          "The two architectures as the paper defines them (a check of this code's wiring).", ("ln_jacobian",)),
+          "The two architectures as the paper defines them (a check of this code's wiring)."),
     Claim("X2", "Theory setting: one head, W^Q = W^K = 0, N(0, 1/d) weights, gamma 1, beta 0", XIONG,
           "The analysis setting: one head with W^Q = W^K = 0 (uniform attention), N(0, 1/d) weights, zero biases, "
-          "gamma 1, beta 0 (a check of this code's switch).", ("hidden_norms",)),
+          "gamma 1, beta 0 (a check of this code's switch)."),
     Claim("X3", "Lemma 2: Post-LN E||LN input||^2 = 3d/2; Pre-LN (1 + l/2)d <= E||x_l||^2 <= (1 + 3l/2)d", XIONG,
           "In the theory setting the Post-LN FFN LayerNorm input has E||z||^2 = 3d/2 in every layer, and Pre-LN's "
-          "stream satisfies (1 + l/2)d <= E||x_l||^2 <= (1 + 3l/2)d.", ("hidden_norms",)),
+          "stream satisfies (1 + l/2)d <= E||x_l||^2 <= (1 + 3l/2)d."),
     Claim("X4", "LN Jacobian (1/sigma) diag(gamma)(I - 11^T/d - zz^T/d), spectral norm max|gamma|/sigma", XIONG,
           "The LayerNorm Jacobian is (1/sigma) diag(gamma)(I - 11^T/d - zhat zhat^T/d) and its spectral norm is "
-          "max|gamma|/sigma.", ("ln_jacobian",)),
+          "max|gamma|/sigma."),
     Claim("X5", "Theorem 1: last FFN gradient O(d sqrt(ln d)) for Post-LN, O(d sqrt(ln d / L)) for Pre-LN", XIONG,
           "The last layer's FFN gradient is independent of depth L for Post-LN and scales like L^(-1/2) for Pre-LN "
-          "(upper bounds read as scaling laws: log-log slopes 0 and -1/2).", ("depth_scaling",)),
+          "(upper bounds read as scaling laws: log-log slopes 0 and -1/2)."),
     Claim("X6", "Fig. 3: Post-LN FFN gradient grows with layer index, Pre-LN about flat (||E[grad]||)", XIONG,
           "At init in a 6-6 Transformer the FFN weight gradient ||E[grad]|| grows with the layer index for Post-LN "
-          "and is about flat for Pre-LN.", ("grad_norms_at_init",)),
+          "and is about flat for Pre-LN."),
     Claim("X7", "Fig. 2: Post-LN without warmup fails on IWSLT14; Pre-LN without warmup trains sooner", XIONG,
           "On IWSLT14 De-En, Post-LN without warmup reaches BLEU 8.45 against about 34 with warmup; Pre-LN without "
-          "warmup reaches the same quality sooner.", ("warmup_ablation",)),
+          "warmup reaches the same quality sooner."),
     Claim("X8", "IWSLT settings: 6-6, d 512, FFN 1024, 4 heads, label smoothing 0.1, dropout 0.1", XIONG,
-          "The IWSLT model and optimizer settings of the paper's experiments.", ("warmup_ablation",)),
+          "The IWSLT model and optimizer settings of the paper's experiments."),
     Claim("L1", "Output change after an update grows O(N) for Post-LN, O(log N) for Pre-LN and Admin", LIU,
           "After a small (Adam-like) update of the sublayer weights, the output change grows linearly with the "
-          "number of residual sublayers N for Post-LN and logarithmically for Pre-LN and Admin.", ("amplification",)),
+          "number of residual sublayers N for Post-LN and logarithmically for Pre-LN and Admin."),
     Claim("L2", "Admin omega from profiling; closed form sqrt((N+1)/ln(N+1) - 1)", LIU,
-          "Admin's omega from one profiling pass is approximated by sqrt((N+1)/ln(N+1) - 1).", ("amplification",)),
+          "Admin's omega from one profiling pass is approximated by sqrt((N+1)/ln(N+1) - 1)."),
     Claim("L3", "At init, Post-LN's gradient vanishing shows in the decoder, not the encoder", LIU,
-          "At init, Post-LN's gradient vanishing toward the shallow layers is in the decoder, not the encoder.",
-          ("grad_norms_at_init",)),
+          "At init, Post-LN's gradient vanishing toward the shallow layers is in the decoder, not the encoder."),
     Claim("D1", "DeepNorm alpha/beta per topology; beta scales FFN, W^V, W^O, not W^Q, W^K", DEEPNET,
           "DeepNorm's alpha and beta per topology, with beta scaling the init of FFN, W^V and W^O only (a check of "
-          "this code's constants).", ("deep_training",)),
+          "this code's constants)."),
     Claim("D2", "Early update ||F(x, theta_t) - F(x, theta_0)|| grows with depth for Post-LN, flat for DeepNorm",
           DEEPNET, "Early in training the model update ||F(x, theta_t) - F(x, theta_0)|| grows with depth for "
-          "Post-LN and stays small and nearly flat for DeepNorm.", ("deep_training",)),
+          "Post-LN and stays small and nearly flat for DeepNorm."),
     Claim("D3", "Post-LN without warmup: exploding update, LN inputs grow >> sqrt(d), gradients vanish", DEEPNET,
           "Post-LN fails without warmup by a chain: an exploding first update, then LN inputs >> sqrt(d), then "
-          "gradients vanishing through the LNs.", ("deep_training",)),
+          "gradients vanishing through the LNs."),
     Claim("R1", "ReZero: input-output Jacobian exactly I at init; only alpha gets a gradient at step 0",
           "Bachlechner et al. 2020, ReZero is All You Need (arXiv 2003.04887)", "With alpha = 0 the input-output "
-          "Jacobian is exactly I and only alpha gets a gradient at step 0 (a check of this code).",
-          ("jacobian_spectrum",)),
+          "Jacobian is exactly I and only alpha gets a gradient at step 0 (a check of this code)."),
     Claim("R2", "Jacobian log-singular-value spread widens with depth for Post-LN; ReZero all ones",
           "Bachlechner et al. 2020 (arXiv 2003.04887)", "The spread of log singular values of dx_L/dx_0 widens with "
-          "depth for Post-LN; ReZero's are all 1.", ("jacobian_spectrum",)),
+          "depth for Post-LN; ReZero's are all 1."),
     Claim("R3", "T-Fixup: no LN, no warmup; 0.67 N^(-1/4) encoder, (9M)^(-1/4) decoder scaling",
           "Huang et al. 2020, Improving Transformer Optimization Through Better Initialization (ICML)",
-          "T-Fixup trains without LayerNorm and without warmup about as well as Pre-LN.", ("deep_training",)),
+          "T-Fixup trains without LayerNorm and without warmup about as well as Pre-LN."),
     Claim("R4", "Peri-LN/Sandwich: hidden variance grows about linearly; Pre-LN can grow faster in training",
           "Kim et al. 2025, Peri-LN (arXiv 2502.02732)", "With Peri-LN (Sandwich) the hidden-state variance grows "
-          "about linearly with depth; Pre-LN's can grow faster during training.", ("hidden_norms", "deep_training")),
+          "about linearly with depth; Pre-LN's can grow faster during training."),
     Claim("R5", "Mix-LN (post first quarter, pre after) gives a flatter per-layer gradient profile",
           "Li et al. 2024, Mix-LN (arXiv 2412.13795)", "Post-LN in the first quarter of layers and Pre-LN after gives "
-          "a flatter per-layer gradient profile than either.", ("grad_norms_at_init",)),
+          "a flatter per-layer gradient profile than either."),
     Claim("R6", "DyT gamma tanh(alpha x) + beta, alpha_0 = 0.5, can replace the norm in Pre-LN",
           "Zhu et al. 2025, Transformers without Normalization (arXiv 2503.10622)", "DyT, gamma tanh(alpha x) + beta "
-          "with alpha_0 = 0.5, replaces LayerNorm in Pre-LN at about the same loss.", ("deep_training",)),
+          "with alpha_0 = 0.5, replaces LayerNorm in Pre-LN at about the same loss."),
     Claim("R7", "Noam peak 6.988e-4 at step 4000 for d = 512; fairseq inverse_sqrt ramps from warmup_init_lr",
           "Vaswani et al. 2017 (arXiv 1706.03762); fairseq's inverse_sqrt scheduler", "The Noam schedule peaks at "
           "6.988e-4 at step 4000 for d = 512; fairseq's inverse_sqrt starts at warmup_init_lr (a check of this "
-          "code's schedules).", ("warmup_ablation",)),
+          "code's schedules)."),
 )  # fmt: skip
 CLAIMS = {c.id: c.title for c in REGISTRY}  # id -> title, in report order
 

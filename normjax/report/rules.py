@@ -9,21 +9,11 @@ import numpy as np
 from scipy import stats
 
 from normjax.report.claims import CONSTRUCTION, verdict_row
+from normjax.threshold import Threshold as Threshold  # re-exported: the rules name it from here
 
 CONFIDENCE = 0.95  # every interval in the report is a two-sided 95% Student-t interval over seeds
 MIN_SEEDS = 3  # no empirical verdict rests on fewer seeds
 NOT_TESTABLE = "not testable at this scale"
-
-
-@dataclasses.dataclass(frozen=True)
-class Threshold:
-    """A number a rule compares a measurement with, and why it has that value (shown in docs/claims.md)."""
-
-    value: float
-    why: str
-
-    def __float__(self) -> float:
-        return float(self.value)
 
 
 def combine(checks) -> str:
@@ -76,11 +66,6 @@ def mean_ci(values) -> Estimate:
         return Estimate(mean, math.nan, math.nan, int(x.size))
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     return Estimate(mean, mean - half, mean + half, int(x.size))
-
-
-def seeds(config) -> list[int]:
-    """The seeds a study runs: seed, seed + 1, ..., seed + num_seeds - 1."""
-    return list(range(int(config.seed), int(config.seed) + int(config.num_seeds)))
 
 
 def too_few_seeds(claim: str, prediction: str, n: int) -> dict | None:

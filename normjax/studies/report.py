@@ -8,7 +8,7 @@ import os
 
 from normjax.io import CorruptFileError, read_json
 from normjax.report.claims import CLAIMS, CONSTRUCTION, EMPIRICAL
-from normjax.report.judge import judge
+from normjax.studies.judge import judge
 
 SECTIONS = {
     "S": "Seed-note claims",
@@ -153,7 +153,7 @@ def build_report(workdir: str, wall_time_s: float | None = None) -> str:
         f"({', '.join(studies) or 'none'}; {wall}). Verdicts, {_counts(rows)}.",
         "",
         "Every verdict is given when this report is built, by the rule in its row applied to the measured numbers "
-        "(rules: `normjax/studies/*_verdicts.py`; claims and thresholds: `docs/claims.md`). "
+        "(rules: `normjax/studies/<name>/verdicts.py`; claims and thresholds: `docs/claims.md`). "
         f"'{CONSTRUCTION}' rows check how the code is written and are not counted as findings.",
         "",
         "## Summary",

@@ -32,16 +32,14 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 
 
 def _measured_by(module) -> bool:
-    """normjax code whose change can change a measurement: not the verdict rules, the report or the runner
-    (normjax.report.rules is kept: studies take their seeds from it)."""
+    """normjax code whose change can change a measurement: not a study's rules (`<study>/verdicts.py`) or
+    presets (`<study>/config.py`: their values are in the config), the report layer, the CLIs or the runner."""
     name = module.__name__
-    if name == "normjax.report.rules":
-        return True
     return (
         name.startswith("normjax")
-        and not name.endswith("_verdicts")
+        and not name.endswith((".verdicts", ".config"))
         and not name.startswith(("normjax.report", "normjax.experiments"))
-        and name != __name__
+        and name not in (__name__, "normjax.studies.judge", "normjax.studies.report", "normjax.studies.claims_doc")
     )
 
 

@@ -7,7 +7,7 @@ from jax.flatten_util import ravel_pytree
 
 import normjax
 from normjax import jacobian
-from normjax.jacobian import model_jacobians
+from normjax.probes import model_jacobians
 
 
 def stream(model, block, toks):

@@ -8,7 +8,8 @@ import pytest
 from flax import nnx
 
 import normjax
-from normjax.jacobian import norm_jacobians, param_probes, probes
+from normjax.jacobian import norm_jacobians
+from normjax.probes import model_probes, param_probes
 
 
 def lm_loss(model, tokens_BT):
@@ -19,7 +20,7 @@ def lm_loss(model, tokens_BT):
 def test_post_ln_streams_are_normalized(helpers):
     # After a Post-LN block (gamma = 1, beta = 0) each token is zhat: ||zhat||^2 / d is
     # var / (var + eps), just below 1; the embedding (l = 0) is not normalized.
-    out = probes.stream_norms(helpers.model(placement="post"), helpers.tokens())["decoder"]
+    out = model_probes.stream_norms(helpers.model(placement="post"), helpers.tokens())["decoder"]
     assert out["mean"].shape == (3,)
     assert np.all(out["mean"][1:] < 1) and np.all(out["mean"][1:] > 1 - 1e-3)
     assert np.all(out["std"][1:] < 1e-3) and abs(out["mean"][0] - 1) > 1e-3
@@ -30,8 +31,8 @@ def test_padding_mask_excludes_padded_tokens(helpers):
     # without it, so the statistics over real tokens equal those of the truncated batch.
     model, toks = helpers.model(placement="pre"), helpers.tokens(length=4)
     mask = jnp.ones(toks.shape, bool).at[:, -1].set(False)
-    padded = probes.stream_norms(model, toks, padding_mask=mask)["decoder"]
-    truncated = probes.stream_norms(model, toks[:, :-1])["decoder"]
+    padded = model_probes.stream_norms(model, toks, padding_mask=mask)["decoder"]
+    truncated = model_probes.stream_norms(model, toks[:, :-1])["decoder"]
     for key in ("mean", "std"):
         np.testing.assert_allclose(padded[key], truncated[key], rtol=1e-12)
 
@@ -67,7 +68,7 @@ def test_norm_sites_read_each_norms_own_scale(placement, helpers):
             jnp.full_like(w, gammas[name.removesuffix("/scale")]) if name.removesuffix("/scale") in gammas else w
         ),
     )
-    out = probes.norm_sites(model, helpers.tokens(batch=1, length=1))["decoder"]
+    out = model_probes.norm_sites(model, helpers.tokens(batch=1, length=1))["decoder"]
     for layer in out["layers"]:
         assert set(layer) == set(SITE_MODULES[placement])
         for site, module in SITE_MODULES[placement].items():
@@ -90,14 +91,14 @@ def test_per_head_site_matches_autodiff_of_the_models_own_norm(norm, helpers):
     B, T, H, k = z.shape
     norm_module = model.stacks["decoder"].layers[0].attn.branch.qkv_norm["q"]
     J_TDD = jax.vmap(jax.jacfwd(norm_module))(z[0]).reshape(T, H * k, H * k)
-    params = probes._params_at(model, "attn.q", normjax.layer_params(nnx.state(model, nnx.Param), model)[0])
-    closed = probes.block_diagonal(norm_jacobians.norm_jacobian(norm, z[0], **params))
+    params = model_probes._params_at(model, "attn.q", normjax.layer_params(nnx.state(model, nnx.Param), model)[0])
+    closed = model_probes.block_diagonal(norm_jacobians.norm_jacobian(norm, z[0], **params))
     np.testing.assert_allclose(closed, J_TDD, rtol=0, atol=1e-12 * np.abs(J_TDD).max())
-    jac_BT, sigma, _ = probes.site_closed_form(norm, z, params)
+    jac_BT, sigma, _ = model_probes.site_closed_form(norm, z, params)
     assert sigma.shape == (B, T, H)
-    site = probes.norm_sites(model, toks)["decoder"]["layers"][0]["attn.q"]
+    site = model_probes.norm_sites(model, toks)["decoder"]["layers"][0]["attn.q"]
     np.testing.assert_allclose(site["jac_norm"]["max"], float(jac_BT.max()), rtol=1e-12)
-    assert probes.check_ln_jacobian_autodiff(model, toks, num_tokens=2)["max_rel_err"] < 1e-12
+    assert model_probes.check_ln_jacobian_autodiff(model, toks, num_tokens=2)["max_rel_err"] < 1e-12
     true_T = np.linalg.norm(np.asarray(J_TDD), 2, axis=(1, 2))
     if norm == "dyt":  # diagonal Jacobian: the closed form is exact
         np.testing.assert_allclose(jac_BT[0], true_T, rtol=1e-12)
@@ -105,7 +106,7 @@ def test_per_head_site_matches_autodiff_of_the_models_own_norm(norm, helpers):
         assert np.all(true_T <= np.asarray(jac_BT[0]) * (1 + 1e-12))
         nnx.update(norm_module, {"scale": jnp.full((k,), -1.3)})
         J_const = jax.vmap(jax.jacfwd(norm_module))(z[0]).reshape(T, H * k, H * k)
-        const_BT = probes.site_closed_form(norm, z, params | {"scale": jnp.full((k,), -1.3)})[0]
+        const_BT = model_probes.site_closed_form(norm, z, params | {"scale": jnp.full((k,), -1.3)})[0]
         np.testing.assert_allclose(const_BT[0], np.linalg.norm(np.asarray(J_const), 2, axis=(1, 2)), rtol=1e-12)
 
 
@@ -116,10 +117,10 @@ def test_closed_forms_match_autodiff_of_the_models_norms(norm, helpers):
     helpers.set_params(
         model, lambda path, w: w + 0.3 * rng.normal(size=w.shape) if path.endswith(("scale", "alpha")) else w
     )
-    out = probes.check_ln_jacobian_autodiff(model, helpers.tokens(), num_tokens=3)
+    out = model_probes.check_ln_jacobian_autodiff(model, helpers.tokens(), num_tokens=3)
     assert out["max_rel_err"] < 1e-12
     assert len(out["decoder"]["layers"]) == 2 and out["decoder"]["final"] is not None
-    sites = probes.norm_sites(model, helpers.tokens())["decoder"]
+    sites = model_probes.norm_sites(model, helpers.tokens())["decoder"]
     # Random gamma: the closed-form norm is an upper bound, except for DyT's diagonal Jacobian.
     assert sites["layers"][0]["attn.pre"]["exact"] == (norm == "dyt")
     assert sites["final"]["scale_from"] == "ones"
@@ -183,10 +184,11 @@ def test_cross_attention_keys_use_the_source_mask(helpers):
     model = helpers.model(arch="encoder_decoder", placement="hybrid")
     src, tgt = helpers.tokens(length=3), helpers.tokens(length=3, seed=1)
     src_mask = jnp.ones(src.shape, bool).at[0, 1:].set(False)
-    out = probes.norm_sites(model, src, tgt, src_mask=src_mask)["decoder"]["layers"][0]
+    out = model_probes.norm_sites(model, src, tgt, src_mask=src_mask)["decoder"]["layers"][0]
     z = normjax.probe(model, src, tgt, src_mask=src_mask)[1]["decoder"].norm_inputs[0]["cross.k"]
-    params = probes._params_at(model, "cross.k", normjax.layer_params(nnx.state(model, nnx.Param), model, "decoder")[0])
-    jac_BT, sigma, _ = probes.site_closed_form(model.cfg.norm, z, params)
+    layer0 = normjax.layer_params(nnx.state(model, nnx.Param), model, "decoder")[0]
+    params = model_probes._params_at(model, "cross.k", layer0)
+    jac_BT, sigma, _ = model_probes.site_closed_form(model.cfg.norm, z, params)
     real = np.asarray(src_mask)
     np.testing.assert_allclose(out["cross.k"]["jac_norm"]["mean"], np.asarray(jac_BT)[real].mean(), rtol=1e-12)
     np.testing.assert_allclose(out["cross.k"]["sigma"]["max"], np.asarray(sigma)[real].max(), rtol=1e-12)

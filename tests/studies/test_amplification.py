@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from normjax.report import Verdict
-from normjax.report.judge import judge
-from normjax.studies import amplification, runner
+from normjax.studies import runner
+from normjax.studies.amplification import measure as amplification
+from normjax.studies.judge import judge
 from normjax.train.config_io import ConfigError
 
 
@@ -161,9 +162,10 @@ def test_branch_scope_moves_only_sublayer_weights():
 
 
 def test_every_preset_validates_with_three_seeds_and_another_seed():
-    from normjax.experiments import schemas
-    from normjax.experiments.configs import amplification as presets
-    from normjax.report.rules import MIN_SEEDS, seeds
+    from normjax.report.rules import MIN_SEEDS
+    from normjax.studies import schema as schemas
+    from normjax.studies.amplification import config as presets
+    from normjax.studies.seeds import seeds
 
     for name in ("quick", "standard", "paper"):
         config = presets.get_config(name)

@@ -6,11 +6,12 @@ import platform
 import ml_collections
 import pytest
 
-from normjax.experiments import schemas
-from normjax.experiments.configs import cost as presets
 from normjax.report import CLAIMS, VERDICTS
-from normjax.report.judge import judge
-from normjax.studies import cost, runner
+from normjax.studies import runner
+from normjax.studies import schema as schemas
+from normjax.studies.cost import config as presets
+from normjax.studies.cost import measure as cost
+from normjax.studies.judge import judge
 
 
 def _tiny():

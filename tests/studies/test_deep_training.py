@@ -8,9 +8,10 @@ import pytest
 
 from normjax.report import CLAIMS, VERDICTS
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.judge import judge
-from normjax.studies import deep_training, runner
-from normjax.studies.deep_training_verdicts import decoder_deepnorm
+from normjax.studies import runner
+from normjax.studies.deep_training import measure as deep_training
+from normjax.studies.deep_training.verdicts import decoder_deepnorm
+from normjax.studies.judge import judge
 
 H = 3.3  # the synthetic unigram entropy
 

@@ -7,9 +7,10 @@ from model_fixtures import scan_twin
 
 import normjax
 from normjax.report import CLAIMS, VERDICTS
-from normjax.report.judge import judge
-from normjax.studies import depth_scaling, runner
-from normjax.studies.grad_norms_at_init_probe import CopyTask, ffn_grad_norms
+from normjax.studies import runner
+from normjax.studies.depth_scaling import measure as depth_scaling
+from normjax.studies.ffn_gradients import CopyTask, ffn_grad_norms
+from normjax.studies.judge import judge
 
 
 def _tiny():
@@ -104,9 +105,10 @@ def test_rules_need_three_seeds():
 
 
 def test_every_preset_validates_with_three_seeds_and_another_seed():
-    from normjax.experiments import schemas
-    from normjax.experiments.configs import depth_scaling as presets
-    from normjax.report.rules import MIN_SEEDS, seeds
+    from normjax.report.rules import MIN_SEEDS
+    from normjax.studies import schema as schemas
+    from normjax.studies.depth_scaling import config as presets
+    from normjax.studies.seeds import seeds
 
     for name in ("quick", "standard", "paper"):
         config = presets.get_config(name)

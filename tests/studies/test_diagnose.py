@@ -10,7 +10,10 @@ import ml_collections
 import pytest
 
 import normjax
-from normjax.studies import diagnose, diagnose_probe, diagnose_report, runner
+from normjax.studies import runner
+from normjax.studies.diagnose import measure as diagnose
+from normjax.studies.diagnose import probe as diagnose_probe
+from normjax.studies.diagnose import table as diagnose_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

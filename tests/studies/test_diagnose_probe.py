@@ -8,10 +8,11 @@ import re
 
 import pytest
 
-from normjax.experiments import schemas
-from normjax.experiments.configs import diagnose as presets
 from normjax.io import to_jsonable
-from normjax.studies import diagnose_probe, diagnose_validation
+from normjax.studies import schema as schemas
+from normjax.studies.diagnose import config as presets
+from normjax.studies.diagnose import probe as diagnose_probe
+from normjax.studies.diagnose import validation as diagnose_validation
 from normjax.train import job, parse, tasks
 from normjax.train.config_io import ConfigError
 from normjax.train.outcomes import stall_level

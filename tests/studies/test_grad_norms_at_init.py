@@ -7,14 +7,15 @@ import pytest
 from flax import nnx
 
 import normjax
-from normjax.experiments import schemas
-from normjax.experiments.configs import grad_norms_at_init as presets
-from normjax.jacobian import param_probes
+from normjax.probes import param_probes
 from normjax.report import CLAIMS, VERDICTS
-from normjax.report.judge import judge
-from normjax.studies import grad_norms_at_init, runner
-from normjax.studies import grad_norms_at_init_probe as probe
-from normjax.studies.grad_norms_at_init_verdicts import KERNEL
+from normjax.studies import ffn_gradients as probe
+from normjax.studies import runner
+from normjax.studies import schema as schemas
+from normjax.studies.grad_norms_at_init import config as presets
+from normjax.studies.grad_norms_at_init import measure as grad_norms_at_init
+from normjax.studies.grad_norms_at_init.verdicts import KERNEL
+from normjax.studies.judge import judge
 
 TINY = dict(vocab_size=31, d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=8)
 

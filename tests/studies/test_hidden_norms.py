@@ -5,8 +5,9 @@ import numpy as np
 
 from normjax.report import CLAIMS, VERDICTS
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.judge import judge
-from normjax.studies import hidden_norms, runner
+from normjax.studies import runner
+from normjax.studies.hidden_norms import measure as hidden_norms
+from normjax.studies.judge import judge
 
 
 def _tiny():
@@ -53,7 +54,7 @@ def test_hidden_norms_smoke(tmp_path):
 def _synthetic(post_z, pre_stream, sandwich_stream=None) -> dict:
     """Theory-setting results from per-seed Post-LN FFN LN inputs (S, L) and Pre-LN streams (S, L + 1)."""
     from normjax.studies.encoder_models import lemma2_bounds
-    from normjax.studies.hidden_norms import _growth
+    from normjax.studies.hidden_norms.measure import _growth
 
     runs = {
         "post": {"norm_inputs": {"ffn.post": {"values": post_z}}},
@@ -101,9 +102,10 @@ def test_rules_need_three_seeds():
 
 
 def test_every_preset_validates_with_three_seeds_and_another_seed():
-    from normjax.experiments import schemas
-    from normjax.experiments.configs import hidden_norms as presets
-    from normjax.report.rules import MIN_SEEDS, seeds
+    from normjax.report.rules import MIN_SEEDS
+    from normjax.studies import schema as schemas
+    from normjax.studies.hidden_norms import config as presets
+    from normjax.studies.seeds import seeds
 
     for name in ("quick", "standard", "paper"):
         config = presets.get_config(name)

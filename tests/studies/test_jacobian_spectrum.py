@@ -7,12 +7,13 @@ import pytest
 from flax import nnx
 
 import normjax
-from normjax.experiments import schemas
-from normjax.experiments.configs import jacobian_spectrum as presets
 from normjax.report import Verdict
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.judge import judge
-from normjax.studies import jacobian_spectrum, runner
+from normjax.studies import runner
+from normjax.studies import schema as schemas
+from normjax.studies.jacobian_spectrum import config as presets
+from normjax.studies.jacobian_spectrum import measure as jacobian_spectrum
+from normjax.studies.judge import judge
 
 
 def tiny_config(**changes):

@@ -7,13 +7,16 @@ import pytest
 from flax import nnx
 
 import normjax
-from normjax.experiments import schemas
-from normjax.experiments.configs import ln_jacobian as presets
-from normjax.jacobian import norm_jacobians, probes
+from normjax.jacobian import norm_jacobians
+from normjax.probes import model_probes
 from normjax.report import CLAIMS, VERDICTS
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.judge import judge
-from normjax.studies import ln_jacobian, ln_jacobian_checks, runner
+from normjax.studies import runner
+from normjax.studies import schema as schemas
+from normjax.studies.judge import judge
+from normjax.studies.ln_jacobian import checks as ln_jacobian_checks
+from normjax.studies.ln_jacobian import config as presets
+from normjax.studies.ln_jacobian import measure as ln_jacobian
 
 
 def _tiny():
@@ -61,7 +64,7 @@ def test_site_stats_match_probe_norm_sites(placement):
     model = normjax.Transformer(cfg, rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(0), (2, 8), 0, 31)
     ours = ln_jacobian.site_stats(model, normjax.probe(model, tokens)[1]["encoder"])
-    theirs = probes.norm_sites(model, tokens)["encoder"]
+    theirs = model_probes.norm_sites(model, tokens)["encoder"]
     for l, sites in enumerate(theirs["layers"]):
         for site, stats in sites.items():
             np.testing.assert_allclose(ours["sites"][site][l]["sigma"], stats["sigma"]["mean"], rtol=1e-5)

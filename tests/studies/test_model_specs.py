@@ -3,7 +3,10 @@
 import pytest
 
 from normjax import registry, specs
-from normjax.experiments.configs import deep_training, grad_norms_at_init, hidden_norms, jacobian_spectrum
+from normjax.studies.deep_training import config as deep_training
+from normjax.studies.grad_norms_at_init import config as grad_norms_at_init
+from normjax.studies.hidden_norms import config as hidden_norms
+from normjax.studies.jacobian_spectrum import config as jacobian_spectrum
 
 
 @pytest.mark.parametrize(

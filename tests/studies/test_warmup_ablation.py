@@ -4,9 +4,10 @@ import numpy as np
 
 from normjax.report import VERDICTS
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.judge import judge
-from normjax.studies import runner, warmup_ablation
-from normjax.studies.warmup_ablation_verdicts import critical_lrs, warmup_sensitivity
+from normjax.studies import runner
+from normjax.studies.judge import judge
+from normjax.studies.warmup_ablation import measure as warmup_ablation
+from normjax.studies.warmup_ablation.verdicts import critical_lrs, warmup_sensitivity
 from normjax.train.config_io import default_config, sweep_axes
 
 TINY = {"d_model": 16, "num_heads": 2, "d_ff": 32, "num_layers": 1}
@@ -134,8 +135,8 @@ def test_critical_lr_ignores_under_training_at_small_lr():
 
 def test_a_seed_override_shifts_every_seed_axis_and_a_swept_key_is_replaced_in_every_grid():
     from normjax.experiments import common
-    from normjax.experiments import warmup_ablation as cli
-    from normjax.experiments.configs import warmup_ablation as presets
+    from normjax.studies.warmup_ablation import __main__ as cli
+    from normjax.studies.warmup_ablation import config as presets
 
     config = presets.get_config("quick")
     config.train.seed, config.train.lr = 5, 0.02
@@ -148,7 +149,7 @@ def test_a_seed_override_shifts_every_seed_axis_and_a_swept_key_is_replaced_in_e
 
 
 def test_every_preset_runs_three_seeds_and_ten_times_its_longest_warmup():
-    from normjax.experiments.configs import warmup_ablation as presets
+    from normjax.studies.warmup_ablation import config as presets
 
     for preset in ("quick", "standard", "paper"):
         config = presets.get_config(preset)

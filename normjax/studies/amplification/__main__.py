@@ -1,13 +1,14 @@
 """Admin's amplification: output change after a small update vs depth; profiled vs closed-form omega (L1, L2).
 
-python -m experiments.amplification --config=experiments/configs/amplification.py:quick --workdir=results
-(installed: python -m normjax.experiments.amplification with the same flags, from any directory)
+python -m normjax.studies.amplification --config=:quick --workdir=results
+(in the repository also `python -m experiments.amplification`; the same presets as a file:
+--config=normjax/studies/amplification/config.py:quick)
 """
 
 from normjax.experiments import common
-from normjax.studies import amplification
+from normjax.studies.amplification import STUDY
 
-EXPERIMENT = common.study("amplification", amplification)
+EXPERIMENT = common.study(STUDY)
 
 if __name__ == "__main__":
     common.launch(EXPERIMENT)

@@ -5,7 +5,9 @@ python -m experiments.amplification --config=experiments/configs/amplification.p
 
 import ml_collections
 
-from normjax.experiments.configs import preset
+import normjax
+from normjax.studies import schema as s
+from normjax.studies.presets import preset
 
 
 def _quick():
@@ -46,3 +48,22 @@ def _paper():
 
 def get_config(arg: str = "quick"):
     return preset(arg, {"quick": _quick, "standard": _standard, "paper": _paper})
+
+
+SCHEMA = s.MODEL | dict(
+    placements=s.choices(*normjax.PLACEMENTS, "admin_profiled"),
+    depths=s.DEPTHS,
+    batch_size=s.POS,
+    seq_len=s.POS,
+    seed=s.SEED,
+    num_seeds=s.POS,
+    kinds=s.choices("random", "grad_sign"),
+    eps=dict(random=s.POS_FLOAT, grad_sign=s.POS_FLOAT),
+    scopes=s.choices("branch", "all"),
+)
+
+
+def check(values: dict) -> None:
+    """The sizes build; at least two depths to fit the growth exponent."""
+    s.check_sizes(values)
+    s.check_fit_depths("amplification", values)

@@ -12,8 +12,9 @@ from tqdm import tqdm
 
 import normjax
 from normjax import plotting
-from normjax.jacobian import fits, param_probes
-from normjax.report.rules import seeds
+from normjax.jacobian import fits
+from normjax.probes import param_probes
+from normjax.studies.seeds import seeds
 
 STACK = "encoder"
 PROFILED = "admin_profiled"  # Admin with omega from normjax.profile_admin instead of the closed form

@@ -6,7 +6,7 @@ import numpy as np
 
 from normjax.report import verdict_row
 from normjax.report.rules import Threshold, combine, mean_ci, too_few_seeds
-from normjax.studies.amplification import JUDGED_KIND, PROFILED
+from normjax.studies.amplification.measure import JUDGED_KIND, PROFILED
 
 PREDICTED = {"post": "linear", "pre": "log", "admin": "log", PROFILED: "log"}  # Liu et al.'s Theorem 2
 THRESHOLDS = {

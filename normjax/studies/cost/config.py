@@ -5,7 +5,11 @@ python -m experiments.cost --config=experiments/configs/cost.py:quick --workdir=
 
 import ml_collections
 
-from normjax.experiments.configs import preset
+import normjax
+from normjax.studies import schema as s
+from normjax.studies.presets import preset
+from normjax.train.config_io import ConfigError
+from normjax.train.config_schema import Spec
 
 ALL = ("post", "pre", "sandwich", "deepnorm", "admin", "rezero", "layerscale", "tfixup", "mixln", "hybrid")
 
@@ -42,3 +46,24 @@ def _paper():
 
 def get_config(arg: str = "quick"):
     return preset(arg, {"quick": _quick, "standard": _standard, "paper": _paper})
+
+
+SCHEMA = s.MODEL | dict(
+    placements=s.PLACEMENTS,
+    reference=Spec(str, choices=normjax.PLACEMENTS),
+    num_layers=s.POS,
+    batch_size=s.POS,
+    seq_len=s.POS,
+    warmup_steps=s.SEED,
+    repeats=s.POS,
+    inner_steps=s.POS,
+    seed=s.SEED,
+    num_seeds=s.POS,
+)
+
+
+def check(values: dict) -> None:
+    """The sizes build; the reference placement is one of those timed."""
+    s.check_sizes(values)
+    if values["reference"] not in values["placements"]:
+        raise ConfigError(f"config.reference={values['reference']!r} must be one of config.placements")

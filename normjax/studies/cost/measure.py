@@ -13,7 +13,8 @@ from tqdm import tqdm
 import normjax
 from normjax import host_memory, plotting
 from normjax import train as nt
-from normjax.report.rules import mean_ci, seeds
+from normjax.report.rules import mean_ci
+from normjax.studies.seeds import seeds
 
 MEMORY_FIELDS = ("argument", "output", "alias", "temp")
 TIME_TOLERANCE = 0.10  # S6's band for the time ratio (drawn here; its justification is in cost_verdicts)

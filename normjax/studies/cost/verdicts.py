@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from normjax.report import verdict_row
 from normjax.report.rules import Threshold, combine, mean_ci, require_seeds
-from normjax.studies.cost import MEMORY_TOLERANCE, TIME_TOLERANCE
+from normjax.studies.cost.measure import MEMORY_TOLERANCE, TIME_TOLERANCE
 
 THRESHOLDS = {
     "TIME_TOLERANCE": Threshold(

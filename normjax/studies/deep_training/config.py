@@ -5,8 +5,14 @@ python -m experiments.deep_training --config=experiments/configs/deep_training.p
 
 import ml_collections
 
-from normjax.experiments.configs import preset
+import normjax
 from normjax.specs import study_specs
+from normjax.studies import schema as s
+from normjax.studies.presets import preset
+from normjax.train.config_io import ConfigError
+from normjax.train.config_schema import Spec
+from normjax.train.data_text import byte_vocab
+from normjax.train.optimizers import OPTIMIZERS
 
 
 def _base():
@@ -64,3 +70,62 @@ def _paper():
 
 def get_config(arg: str = "quick"):
     return preset(arg, {"quick": _base, "standard": _standard, "paper": _paper})
+
+
+SCHEMA = dict(
+    runs=s.MODEL_SPECS,
+    depths=s.DEPTHS,
+    side_runs=Spec(tuple, item=Spec(str), nonempty=False),
+    side_depths=Spec(tuple, item=s.POS, nonempty=False),
+    d_model=s.POS,
+    num_heads=s.POS,
+    d_ff=s.POS,
+    seq_len=s.POS,
+    batch_size=s.POS,
+    max_bytes=s.POS,
+    data_seed=s.SEED,
+    lr=s.POS_FLOAT,
+    num_steps=s.POS,
+    optimizer=Spec(str, choices=OPTIMIZERS),
+    b1=Spec(float, lo=0.0, hi=1.0),
+    b2=Spec(float, lo=0.0, hi=1.0),
+    eps=s.POS_FLOAT,
+    early_steps=s.POS,
+    update_lr=s.POS_FLOAT,
+    probe_every=s.POS,
+    final_window=s.POS,
+    divergence_factor=s.POS_FLOAT,
+    divergence_patience=s.POS,
+    divergence_check_every=s.POS,
+    s7_depths=Spec(tuple, item=s.POS, nonempty=False),  # () skips S7
+    s7_lrs=Spec(tuple, item=s.POS_FLOAT),
+    s7_warmup=s.SEED,
+    s7_steps=s.POS,
+    s7_schedule=Spec(str, choices=("constant", "inverse_sqrt")),  # linear warmup, then lr or lr sqrt(w/t)
+    seed=s.SEED,
+    num_seeds=s.POS,
+)
+
+
+def check(values: dict) -> None:
+    """Every run spec parses; windows fit in the runs; S7's warmup leaves steps at the peak lr; sizes build."""
+    s.check_specs("deep_training", values, ("runs", "side_runs"), [])
+    for key, steps in (("early_steps", "num_steps"), ("final_window", "num_steps"), ("final_window", "s7_steps")):
+        if values[key] > values[steps]:
+            raise ConfigError(f"config.{key}={values[key]} is longer than the run (config.{steps}={values[steps]})")
+    if values["s7_warmup"] >= values["s7_steps"]:
+        raise ConfigError(
+            f"config.s7_warmup={values['s7_warmup']} leaves no step at the peak lr (config.s7_steps="
+            f"{values['s7_steps']})"
+        )
+    s.check_sizes(values)
+
+
+def largest_model(values: dict) -> tuple[normjax.ModelConfig, int, int]:
+    """The deepest byte-level decoder of the main, side and S7 runs."""
+    depths = tuple(values["depths"]) + tuple(values["side_depths"]) + tuple(values["s7_depths"])
+    vocab = {"vocab_size": len(byte_vocab())}
+    cfg = s.model(
+        vocab | values, arch="decoder", num_layers=max(depths), placement="pre", max_len=max(values["seq_len"], 8)
+    )
+    return cfg, values["batch_size"], values["seq_len"]

@@ -10,8 +10,8 @@ from tqdm import tqdm
 
 from normjax import plotting, specs
 from normjax.jacobian import fits
-from normjax.report.rules import seeds as seed_list
-from normjax.studies.deep_training_runs import data, final_loss, probe_steps, summarize, train_run
+from normjax.studies.deep_training.runs import data, final_loss, probe_steps, summarize, train_run
+from normjax.studies.seeds import seeds as seed_list
 from normjax.train.tasks import unigram_nll
 
 LN_INPUT_LARGE = 3.0  # ||x||/sqrt(d) that counts as ">> sqrt(d)" (D3's rule and the instability figure)

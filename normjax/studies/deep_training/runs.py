@@ -14,6 +14,7 @@ from flax import nnx
 import normjax
 from normjax import specs
 from normjax import train as nt
+from normjax.probes.param_probes import model_update
 
 BETA_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel", "attn/value/kernel", "attn/out/kernel")  # DeepNorm's beta
 UNSCALED_KERNELS = ("attn/query/kernel", "attn/key/kernel")
@@ -100,12 +101,6 @@ def _step(spec, state, batch, fixed, probe):
     skip = lambda s: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(measure, s))
     probes = jax.lax.cond(probe, measure, skip, state)
     return *nt.train_step(spec, state, batch), probes
-
-
-def model_update(logits_BTV, logits0_BTV) -> float:
-    """||F(x, theta_t) - F(x, theta_0)||: rms over the tokens of x of the L2 norm of the logit change."""
-    d_BTV = np.asarray(logits_BTV, np.float64) - np.asarray(logits0_BTV, np.float64)
-    return float(np.sqrt(np.mean(np.sum(d_BTV**2, axis=-1))))
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -9,7 +9,7 @@ import numpy as np
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
 from normjax.report.rules import MIN_SEEDS, Threshold, combine, mean_ci
-from normjax.studies.deep_training import LN_INPUT_LARGE, STALL_MARGIN
+from normjax.studies.deep_training.measure import LN_INPUT_LARGE, STALL_MARGIN
 
 THRESHOLDS = {
     "ALPHA_RTOL": Threshold(1e-4, "float32 arithmetic on the probed stream (D1 is a construction check)"),

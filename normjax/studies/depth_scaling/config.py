@@ -5,7 +5,8 @@ python -m experiments.depth_scaling --config=experiments/configs/depth_scaling.p
 
 import ml_collections
 
-from normjax.experiments.configs import preset
+from normjax.studies import schema as s
+from normjax.studies.presets import preset
 
 
 def _base():
@@ -40,3 +41,21 @@ def _paper():
 
 def get_config(arg: str = "quick"):
     return preset(arg, {"quick": _base, "standard": _standard, "paper": _paper})
+
+
+SCHEMA = s.MODEL | dict(
+    placements=s.PLACEMENTS,
+    settings=s.choices(*s.SETTINGS),
+    depths=s.DEPTHS,
+    batch_size=s.POS,
+    seq_len=s.POS,
+    num_batches=s.POS,
+    seed=s.SEED,
+    num_seeds=s.POS,
+)
+
+
+def check(values: dict) -> None:
+    """The sizes build; at least two depths to fit the slopes."""
+    s.check_sizes(values)
+    s.check_fit_depths("depth_scaling", values)

@@ -10,8 +10,8 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting
 from normjax.jacobian import fits
-from normjax.report.rules import seeds
-from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
+from normjax.studies.ffn_gradients import FFN_KERNELS, CopyTask, ffn_grad_norms
+from normjax.studies.seeds import seeds
 
 WHERE = {"last": -1, "first": 0}  # which layer's FFN weights
 METRICS = ("mean_of_norms", "norm_of_mean")

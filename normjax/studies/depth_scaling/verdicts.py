@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from normjax.report import verdict_row
 from normjax.report.rules import Threshold, combine, mean_ci, too_few_seeds
-from normjax.studies.depth_scaling import S2_SLOPE, THEOREM1_SLOPE
+from normjax.studies.depth_scaling.measure import S2_SLOPE, THEOREM1_SLOPE
 
 THRESHOLDS = {
     "SLOPE_BAND": Threshold(

@@ -1,10 +1,10 @@
 """Per-layer stability table of any model at init: stream, norm inputs, Jacobians, gradients, warnings.
 
-  python -m experiments.diagnose --config=experiments/configs/diagnose.py:quick --workdir=results \
+  python -m normjax.studies.diagnose --config=:quick --workdir=results \
       --config.model.placement=post --config.model.num_layers=12 \
       [--config.probe_steps=30 --config.train.lr=1e-3 --config.train.warmup_steps=0]
 
-With probe_steps > 0 it also trains the model for that many steps as experiments.train would (config.data,
+With probe_steps > 0 it also trains the model for that many steps as normjax.experiments.train would (config.data,
 config.train) and warns on the early model update, LN-input growth and gradient collapse (docs/diagnose.md).
 
 Writes WORKDIR/diagnose/results.json, table.md and diagnose.png, and prints the table. An invalid config
@@ -12,14 +12,14 @@ prints one line naming the key and exits with status 2 before anything is writte
 """
 
 from normjax.experiments import common
-from normjax.studies import diagnose, diagnose_report
+from normjax.studies.diagnose import STUDY, table
 
 
 def _print_table(saved: dict) -> None:
-    print(diagnose_report.format_table(saved["results"]))
+    print(table.format_table(saved["results"]))
 
 
-EXPERIMENT = common.study("diagnose", diagnose, after=_print_table)
+EXPERIMENT = common.study(STUDY, after=_print_table)
 
 if __name__ == "__main__":
     common.launch(EXPERIMENT)

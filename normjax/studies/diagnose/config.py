@@ -13,9 +13,14 @@ import dataclasses
 import ml_collections
 
 import normjax
-from normjax.experiments.configs import preset
-from normjax.studies.diagnose_probe import threshold_values
+from normjax.jacobian.spectral import METHODS
+from normjax.studies import schema as s
+from normjax.studies.diagnose import probe
+from normjax.studies.diagnose.probe import threshold_values
+from normjax.studies.presets import preset
 from normjax.train import default_config
+from normjax.train.config_io import ConfigError
+from normjax.train.config_schema import Spec
 
 
 def model_section() -> ml_collections.ConfigDict:
@@ -65,3 +70,52 @@ def _paper():
 
 def get_config(arg: str = "quick"):
     return preset(arg, {"quick": _base, "paper": _paper})
+
+
+SCHEMA = dict(
+    model=None,  # every ModelConfig field: checked by ModelConfig itself
+    batch_size=s.POS,
+    seq_len=s.POS,
+    num_batches=s.POS,
+    seed=s.SEED,
+    jacobian_method=Spec(str, choices=METHODS),
+    jacobian_seq_len=s.POS,
+    thresholds=dict(
+        grad_ratio=s.POS_FLOAT,
+        stream_growth=s.POS_FLOAT,
+        ln_jacobian=s.POS_FLOAT,
+        block_norm=s.POS_FLOAT,
+        update=s.POS_FLOAT,
+        ln_growth=s.POS_FLOAT,
+        grad_collapse=s.POS_FLOAT,
+    ),
+    probe_steps=s.SEED,  # 0 = no probe training
+    data=None,  # experiments.train's sections: checked by normjax.train.parse (probe.run_config)
+    train=None,
+)
+
+
+def check(values: dict) -> None:
+    """The model builds; the Jacobian's tokens fit in the sequence; the probe run parses and is long enough."""
+    s.check_unknown("config.model", values["model"], [f.name for f in dataclasses.fields(normjax.ModelConfig)])
+    try:
+        cfg = normjax.ModelConfig(**values["model"])  # missing fields take ModelConfig's defaults
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config.model: {e}") from None
+    if values["seq_len"] > cfg.max_len:
+        raise ConfigError(f"config.seq_len={values['seq_len']} is longer than config.model.max_len={cfg.max_len}")
+    if values["jacobian_seq_len"] > values["seq_len"]:
+        raise ConfigError(
+            f"config.jacobian_seq_len={values['jacobian_seq_len']} is longer than config.seq_len={values['seq_len']}"
+        )
+    probe_run = probe.run_config(values)  # the probe's run: ConfigError naming the key
+    if values["probe_steps"] > probe_run.train.num_steps:
+        raise ConfigError(
+            f"config.probe_steps={values['probe_steps']} is longer than the run "
+            f"(config.train.num_steps={probe_run.train.num_steps})"
+        )
+
+
+def largest_model(values: dict) -> tuple[normjax.ModelConfig, int, int]:
+    """The one model diagnosed, at its batch."""
+    return normjax.ModelConfig(**values["model"]), values["batch_size"], values["seq_len"]

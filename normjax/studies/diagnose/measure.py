@@ -13,8 +13,10 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting
 from normjax.io import to_jsonable
-from normjax.jacobian import model_jacobians, param_probes, probes, spectral
-from normjax.studies import diagnose_probe, diagnose_report
+from normjax.jacobian import spectral
+from normjax.probes import model_jacobians, model_probes, param_probes
+from normjax.studies.diagnose import probe as diagnose_probe
+from normjax.studies.diagnose import table as diagnose_report
 
 FFN_WEIGHTS = ("ffn/fc1/kernel", "ffn/fc2/kernel")
 
@@ -51,7 +53,7 @@ def block_norms(model, inputs, method: str, length: int) -> dict:
     structure shares one compiled program (normjax.jacobian passes the weights as arguments).
     """
     inputs, masks = model_jacobians.one_sequence(tuple(x[:, :length] for x in inputs), {}, 0)
-    streams = probes.run_probe(model, inputs, masks)
+    streams = model_probes.run_probe(model, inputs, masks)
     out = {}
     for stack in normjax.stack_names(model):
         ctx = normjax.block_context(model, *inputs, stack=stack)
@@ -93,8 +95,8 @@ def compute(config, study) -> dict:
     model = normjax.Transformer(cfg, rngs=nnx.Rngs(config.seed))
     data = batches(cfg, config)
     inputs = data[0][0]
-    streams = probes.stream_norms(model, *inputs)
-    sites = probes.norm_sites(model, *inputs)
+    streams = model_probes.stream_norms(model, *inputs)
+    sites = model_probes.norm_sites(model, *inputs)
     jac = block_norms(model, inputs, config.jacobian_method, config.jacobian_seq_len)
     grads = ffn_gradients(model, data)
     stacks = {}

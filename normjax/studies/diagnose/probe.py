@@ -12,8 +12,8 @@ from flax import nnx
 
 import normjax
 from normjax import train as nt
-from normjax.report.rules import Threshold
-from normjax.studies.deep_training_runs import model_update
+from normjax.probes.param_probes import model_update
+from normjax.threshold import Threshold
 from normjax.train import job, steps
 from normjax.train.config_io import RunConfig, as_dict
 from normjax.train.schedules import learning_rate

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from normjax.io import read_json
-from normjax.studies import diagnose_probe
+from normjax.studies.diagnose import probe as diagnose_probe
 
 
 def _num(v) -> str:

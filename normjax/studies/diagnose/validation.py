@@ -16,7 +16,7 @@ import numpy as np
 from absl import app, flags
 
 from normjax.io import read_json, to_jsonable, write_json
-from normjax.studies import diagnose_probe
+from normjax.studies.diagnose import probe as diagnose_probe
 from normjax.train import job, outcomes, tasks
 from normjax.train.config_io import ConfigError, parse
 

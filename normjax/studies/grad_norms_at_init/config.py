@@ -5,8 +5,9 @@ python -m experiments.grad_norms_at_init --config=experiments/configs/grad_norms
 
 import ml_collections
 
-from normjax.experiments.configs import preset
 from normjax.specs import study_specs
+from normjax.studies import schema as s
+from normjax.studies.presets import preset
 
 
 def _quick():
@@ -38,3 +39,21 @@ def _paper():
 
 def get_config(arg: str = "quick"):
     return preset(arg, {"quick": _quick, "standard": _standard, "paper": _paper})
+
+
+SCHEMA = s.MODEL | dict(
+    archs=s.choices("encoder_decoder", "encoder", "decoder"),
+    placements=s.MODEL_SPECS,
+    num_layers=s.POS,
+    batch_size=s.POS,
+    seq_len=s.POS,
+    num_batches=s.POS,
+    seed=s.SEED,
+    num_seeds=s.POS,
+)
+
+
+def check(values: dict) -> None:
+    """Every placement spec builds in at least one of the study's architectures; the sizes build."""
+    s.check_specs("grad_norms_at_init", values, ("placements",), [{"arch": a} for a in values["archs"]])
+    s.check_sizes(values)

@@ -10,8 +10,8 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting, specs
 from normjax.jacobian import fits
-from normjax.report.rules import seeds
-from normjax.studies.grad_norms_at_init_probe import FFN_KERNELS, CopyTask, ffn_grad_norms
+from normjax.studies.ffn_gradients import FFN_KERNELS, CopyTask, ffn_grad_norms
+from normjax.studies.seeds import seeds
 
 METRICS = ("norm_of_mean", "mean_of_norms")
 TITLES = {"encoder_decoder": "enc-dec", "encoder": "encoder-only", "decoder": "decoder-only"}

@@ -1,13 +1,14 @@
 """Residual-stream and norm-input norms at init, theory vs real model (claims X3, S4, R4).
 
-python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:quick --workdir=results
-(installed: python -m normjax.experiments.hidden_norms with the same flags, from any directory)
+python -m normjax.studies.hidden_norms --config=:quick --workdir=results
+(in the repository also `python -m experiments.hidden_norms`; the same presets as a file:
+--config=normjax/studies/hidden_norms/config.py:quick)
 """
 
 from normjax.experiments import common
-from normjax.studies import hidden_norms
+from normjax.studies.hidden_norms import STUDY
 
-EXPERIMENT = common.study("hidden_norms", hidden_norms)
+EXPERIMENT = common.study(STUDY)
 
 if __name__ == "__main__":
     common.launch(EXPERIMENT)

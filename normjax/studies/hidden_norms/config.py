@@ -5,8 +5,11 @@ python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:
 
 import ml_collections
 
-from normjax.experiments.configs import preset
+from normjax import specs
 from normjax.specs import study_specs
+from normjax.studies import schema as s
+from normjax.studies.presets import preset
+from normjax.train.config_io import ConfigError
 
 
 def _base():
@@ -38,3 +41,32 @@ def _paper():
 
 def get_config(arg: str = "quick"):
     return preset(arg, {"quick": _base, "standard": _standard, "paper": _paper})
+
+
+SCHEMA = s.MODEL | dict(
+    placements=s.MODEL_SPECS,
+    settings=s.choices(*s.SETTINGS),
+    num_layers=s.POS,
+    batch_size=s.POS,
+    seq_len=s.POS,
+    seed=s.SEED,
+    num_seeds=s.POS,
+)
+THEORY = {"arch": "encoder", "num_heads": 1, "theory": True}  # Xiong et al.'s setting (real: the config's own)
+
+
+def check(values: dict) -> None:
+    """Every spec builds in one of the settings; the sizes build; the theory setting alone measures something."""
+    fields = [THEORY if setting == "theory" else {"arch": "encoder"} for setting in values["settings"]]
+    s.check_specs("hidden_norms", values, ("placements",), fields)
+    s.check_sizes(values)
+    if tuple(values["settings"]) == ("theory",):  # the theory setting skips these
+        theory = [
+            s.model(values | {"num_heads": 1}, arch="encoder", theory=True, **specs.parse(p).fields)
+            for p in values["placements"]
+        ]
+        if all(cfg.has_embedding_norm("encoder") for cfg in theory):
+            raise ConfigError(
+                f"config.placements={tuple(values['placements'])!r} all normalise the embeddings, which the theory "
+                "setting (config.settings) bypasses: nothing would be measured; add 'real' or another placement"
+            )

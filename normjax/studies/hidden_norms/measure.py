@@ -12,8 +12,8 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting, specs
 from normjax.jacobian import fits
-from normjax.report.rules import seeds
 from normjax.studies.encoder_models import lemma2_bounds, model_config
+from normjax.studies.seeds import seeds
 
 NORM_INPUT_SITES = ("attn.post", "ffn.post", "attn.pre", "ffn.pre")
 

@@ -5,8 +5,11 @@ python -m experiments.jacobian_spectrum --config=experiments/configs/jacobian_sp
 
 import ml_collections
 
-from normjax.experiments.configs import preset
+import normjax
 from normjax.specs import study_specs
+from normjax.studies import schema as s
+from normjax.studies.presets import preset
+from normjax.train.config_schema import Spec
 
 
 def _quick():
@@ -41,3 +44,32 @@ def _paper():
 
 def get_config(arg: str = "quick"):
     return preset(arg, {"quick": _quick, "standard": _standard, "paper": _paper})
+
+
+SCHEMA = s.MODEL | dict(
+    placements=s.MODEL_SPECS,
+    depths=s.DEPTHS,
+    seq_len=s.POS,
+    seed=s.SEED,
+    num_seeds=s.POS,
+    exact_max_n=s.POS,
+    top_k=s.POS,
+    resolution=Spec(float, lo=0.0, hi=1.0, lo_open=True),
+)
+
+
+def _refuse(spec, values: dict) -> str | None:
+    """ResiDual beyond the exact size: the matrix-free products take one residual stream."""
+    matrix_free = values["seq_len"] * values["d_model"] > values["exact_max_n"]
+    if normjax.registry.get(spec.placement).dual_stream and matrix_free:
+        return (
+            f"{spec.placement} carries two residual streams, which jacobian_spectrum measures exactly (seq_len * "
+            "d_model <= exact_max_n) but not with its matrix-free methods (see docs/placements.md)"
+        )
+    return None
+
+
+def check(values: dict) -> None:
+    """Every placement spec parses and is measurable; the sizes build."""
+    s.check_specs("jacobian_spectrum", values, ("placements",), [], refuse=_refuse)
+    s.check_sizes(values)

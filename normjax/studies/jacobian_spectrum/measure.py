@@ -10,8 +10,8 @@ from tqdm import tqdm
 
 import normjax
 from normjax import jacobian, plotting, specs
-from normjax.jacobian import model_jacobians, param_probes
-from normjax.report.rules import seeds
+from normjax.probes import model_jacobians, param_probes
+from normjax.studies.seeds import seeds
 
 STACK = "encoder"
 

@@ -10,7 +10,8 @@ import numpy as np
 from flax import nnx
 
 import normjax
-from normjax.jacobian import norm_jacobians, probes
+from normjax.jacobian import norm_jacobians
+from normjax.probes import model_probes
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -44,7 +45,7 @@ def _site_inputs(model, sp, num_tokens: int):
             if z_BTD.ndim == 4:  # per head (B, T, H, d/H)
                 per_head.append((l, site))
                 continue
-            scale = layers[l].get(f"{probes.norm_module_name(site, layers[l])}/scale", ones)
+            scale = layers[l].get(f"{model_probes.norm_module_name(site, layers[l])}/scale", ones)
             out.append((l, site, z_BTD[0, :num_tokens], scale))
     if sp.final_norm_input is not None:
         out.append(("final", "final", sp.final_norm_input[0, :num_tokens], ones))
@@ -64,7 +65,7 @@ def autodiff_spectral(model, sp, num_tokens: int, gamma_noise: float) -> dict:
     closed-form matrix (1/sigma) diag(gamma) P is compared with the autodiff matrix as well.
 
     Per-head sites (QKV-norm, width d/H) are left out here and listed in "per_head_sites_skipped";
-    `probes.check_ln_jacobian_autodiff` (the study's matrix check) covers them.
+    `model_probes.check_ln_jacobian_autodiff` (the study's matrix check) covers them.
 
     Returns:
       {"max_rel_err": spectral norms at the model's gamma, "per_layer": {site: (L,) mean autodiff

@@ -5,7 +5,9 @@ python -m experiments.ln_jacobian --config=experiments/configs/ln_jacobian.py:qu
 
 import ml_collections
 
-from normjax.experiments.configs import preset
+from normjax.studies import schema as s
+from normjax.studies.presets import preset
+from normjax.train.config_schema import Spec
 
 
 def _quick():
@@ -39,3 +41,16 @@ def _paper():
 
 def get_config(arg: str = "quick"):
     return preset(arg, {"quick": _quick, "standard": _standard, "paper": _paper})
+
+
+SCHEMA = s.MODEL | dict(  # its own keys: hidden_norms' sizes, not its schema
+    placements=s.PLACEMENTS,
+    settings=s.choices(*s.SETTINGS),
+    num_layers=s.POS,
+    batch_size=s.POS,
+    seq_len=s.POS,
+    seed=s.SEED,
+    num_seeds=s.POS,
+    num_check_tokens=s.POS,
+    gamma_noise=Spec(float, lo=0.0),
+)

@@ -10,10 +10,10 @@ from tqdm import tqdm
 
 import normjax
 from normjax import plotting
-from normjax.jacobian import probes
-from normjax.report.rules import seeds
+from normjax.probes import model_probes
 from normjax.studies.encoder_models import lemma2_bounds, model_config
-from normjax.studies.ln_jacobian_checks import autodiff_spectral, wiring_errors
+from normjax.studies.ln_jacobian.checks import autodiff_spectral, wiring_errors
+from normjax.studies.seeds import seeds
 
 # The site drawn per placement: Lemma 2's quantities (FFN LN input for Post-LN, x_l for Pre-LN).
 MAIN_SITE = {"post": "ffn.post", "pre": "attn.pre", "sandwich": "attn.pre", "deepnorm": "ffn.post", "admin": "ffn.post"}
@@ -43,23 +43,23 @@ def stack_probes(config, model, setting: str, seed: int):
 def site_stats(model, sp) -> dict:
     """Per norm site: mean over tokens of sigma and of the closed-form ||dN/dz||_2, per layer.
 
-    The same quantities as `probes.norm_sites`, computed from StackProbes so that the theory setting
+    The same quantities as `model_probes.norm_sites`, computed from StackProbes so that the theory setting
     can feed Gaussian streams (norm_sites takes tokens only). The final norm uses gamma = 1 (exact
     at init). At a per-head site (QKV-norm) "jac" is the per-token norm (largest head) and "sigma"
-    the mean over (token, head), as in `probes.site_closed_form`.
+    the mean over (token, head), as in `model_probes.site_closed_form`.
     """
     cfg = model.cfg
     layers = normjax.layer_params(nnx.state(model, nnx.Param), model, "encoder")
 
     def stats(z, scale):
         params = {"scale": scale, "eps": cfg.norm_eps, "alpha": cfg.dyt_alpha}
-        jac_BT, sigma, exact = probes.site_closed_form(cfg.norm, z, params)
+        jac_BT, sigma, exact = model_probes.site_closed_form(cfg.norm, z, params)
         return {"sigma": float(jnp.mean(sigma)), "jac": float(jnp.mean(jac_BT)), "exact": exact}
 
     sites = {}
     for l, inputs in enumerate(sp.norm_inputs):
         for site, z in inputs.items():
-            scale = layers[l].get(f"{probes.norm_module_name(site, layers[l])}/scale")
+            scale = layers[l].get(f"{model_probes.norm_module_name(site, layers[l])}/scale")
             sites.setdefault(site, [None] * len(layers))[l] = stats(z, scale)
     final = None if sp.final_norm_input is None else stats(sp.final_norm_input, None)
     return {"sites": sites, "final": final}
@@ -76,9 +76,9 @@ def measure(config, setting: str, placement: str, seed: int, checks: bool) -> di
     sp, tokens = stack_probes(config, model, setting, seed)
     out = site_stats(model, sp)
     if checks:
-        out["matrix_check"] = probes.check_ln_jacobian_autodiff(model, tokens, num_tokens=config.num_check_tokens)[
-            "max_rel_err"
-        ]
+        out["matrix_check"] = model_probes.check_ln_jacobian_autodiff(
+            model, tokens, num_tokens=config.num_check_tokens
+        )["max_rel_err"]
         out["spectral_check"] = autodiff_spectral(model, sp, config.num_check_tokens, config.gamma_noise)
         if setting == "real" and placement in ("post", "pre"):
             out["wiring"] = wiring_errors(model, tokens)

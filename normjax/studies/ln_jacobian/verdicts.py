@@ -79,7 +79,7 @@ def ln_jacobian_formula(results: dict) -> dict:
         verdict = "holds" if ratio_min >= TIGHT_RATIO else "partly holds"
     measured = (
         f"closed-form J vs jax.jacfwd of the model's LayerNorm: max rel err {matrix:.1e} "
-        f"(probes.check_ln_jacobian_autodiff, gamma = 1 at init) and {noisy_matrix:.1e} "
+        f"(model_probes.check_ln_jacobian_autodiff, gamma = 1 at init) and {noisy_matrix:.1e} "
         f"(gamma = 1 + {noisy[0]['gamma_noise']} N(0,1)); 1/sigma vs the autodiff J's top "
         f"singular value: max rel err {spectral:.1e} over {count} vectors; with the noisy "
         f"gamma ||J||_2 / (max|gamma|/sigma) = {ratio_mean:.4f} on average, min "

@@ -1,21 +1,22 @@
 """Warmup ablation (claims S5, X7, X8, R7): the lr x warmup x placement grid and its arms, figures, verdicts.
 
-  python -m experiments.warmup_ablation --config=experiments/configs/warmup_ablation.py:quick \
-      --workdir=results/warmup_ablation [--shard=0/2] [--force]
+  python -m normjax.studies.warmup_ablation --config=:quick --workdir=results [--shard=0/2] [--force]
 
-DIR (--workdir) receives one subfolder per run, DIR/sweep.json, and once every run is done
-DIR/results.json with loss curves and heat maps. Rerunning skips finished runs and resumes unfinished
+DIR = WORKDIR/warmup_ablation (as for every study) receives one subfolder per run, DIR/sweep.json, and once every
+run is done DIR/results.json with loss curves and heat maps. Rerunning skips finished runs and resumes unfinished
 ones from their last checkpoint; with --shard=i/n only every n-th run is trained, and the analysis runs
 when the last shard finds every run done. An override of a swept key (--config.train.lr=1e-3) replaces
 that axis by the one value in the main grid and every sub-grid (config.sweep.grids); --config.train.seed=s
 shifts every seed axis to s, s+1, s+2 (the seed count stays).
 """
 
+import os
 import sys
 
 from normjax import train
 from normjax.experiments import common
-from normjax.studies import runner, warmup_ablation
+from normjax.studies import runner
+from normjax.studies.warmup_ablation import STUDY, measure
 from normjax.train import job, memory
 from normjax.train.config_io import ConfigError, as_dict
 
@@ -59,24 +60,24 @@ def validate(args: common.Args, num_devices: int) -> dict:
 def run(args: common.Args) -> None:
     config = grid(args, note=True)
     shard = train.parse_shard(args.shard)
-    result = warmup_ablation.run_grid(config, args.workdir, shard, progress=args.progress, force=args.force)
+    folder = os.path.join(args.workdir, STUDY.name)
+    result = measure.run_grid(config, folder, shard, progress=args.progress, force=args.force)
     print(train.format_table(result))
     if all(r["status"] == "done" for r in result["runs"]):
-        study = warmup_ablation
         runner.run_study(
-            "warmup_ablation",
-            "",
+            STUDY.name,
+            args.workdir,
             config,
-            study.compute,
-            study.plot,
+            STUDY.compute,
+            STUDY.plot,
             force=args.force,
-            folder=args.workdir,
+            folder=folder,
             wait=True,
             provenance=args.provenance,
         )
 
 
-EXPERIMENT = common.Experiment("warmup_ablation", common.SWEEP, validate, run)
+EXPERIMENT = common.Experiment(STUDY.name, common.SWEEP, validate, run, STUDY.config_path)
 
 if __name__ == "__main__":
     common.launch(EXPERIMENT)

@@ -22,8 +22,8 @@ paper (accelerators): Xiong et al.'s Fig. 2 grid on IWSLT14 De-En (6-6 layers, d
 {0, 500, 4000}, 50k steps, with the depth x lr and optimizer arms at the same scale.
 """
 
-from normjax.experiments.configs.train import paper_scale
 from normjax.train.config_io import default_config, sweep_axes
+from normjax.train.presets import paper_scale
 
 NUM_SEEDS = 3
 

@@ -8,7 +8,7 @@ from normjax import train
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
 from normjax.report.rules import MIN_SEEDS, Threshold, mean_ci
-from normjax.studies.warmup_ablation import FAILED, TARGET_FRACTION, main_rows
+from normjax.studies.warmup_ablation.measure import FAILED, TARGET_FRACTION, main_rows
 from normjax.train.outcomes import STALL_FRACTION, STALL_WHY
 
 THRESHOLDS = {

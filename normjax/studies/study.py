@@ -1,0 +1,56 @@
+"""The record a study folder exports: everything the CLI, the runner, the judge and the report need of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from types import ModuleType
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """One study: `normjax/studies/<name>/` with measure.py, verdicts.py, config.py and __main__.py.
+
+    measure: the module with `compute(config, study_dir) -> results` and `plot(results, study_dir) -> [paths]`.
+    verdicts: `verdicts(results) -> [verdict rows]` (None: the study gives no verdict, e.g. diagnose).
+    thresholds: the rules' documented thresholds ({name: Threshold}), shown in docs/claims.md.
+    rules_doc: one line saying what the rules judge (the verdicts module's docstring).
+    config: the module with `get_config(arg)`, `SCHEMA` and optionally `check(values)` (cross-key rules) and
+      `largest_model(values) -> (ModelConfig, rows, seq_len)` (the memory check before any compute).
+    claims: the claim ids (normjax.report.CLAIMS) whose rows this study's rules give.
+    in_report: run by scripts/reproduce.sh and judged in REPORT.md.
+    training: the memory check counts optimizer state (the study trains models).
+    """
+
+    name: str
+    measure: ModuleType
+    config: ModuleType
+    verdicts: Callable | None = None
+    thresholds: dict = dataclasses.field(default_factory=dict)
+    rules_doc: str = ""
+    claims: tuple[str, ...] = ()
+    in_report: bool = True
+    training: bool = False
+
+    @property
+    def config_path(self) -> str:
+        """The packaged preset file (an absolute path: any working directory reads it)."""
+        return os.path.abspath(self.config.__file__)
+
+    @property
+    def compute(self) -> Callable:
+        return self.measure.compute
+
+    @property
+    def plot(self) -> Callable:
+        return self.measure.plot
+
+
+def study(name: str, measure: ModuleType, config: ModuleType, verdicts: ModuleType | None = None, **kw) -> Study:
+    """The Study of a folder from its modules: `verdicts.verdicts`, `verdicts.THRESHOLDS` and its docstring."""
+    if verdicts is None:
+        return Study(name, measure, config, in_report=False, **kw)
+    doc = (verdicts.__doc__ or "").strip().splitlines()[0]
+    thresholds = dict(getattr(verdicts, "THRESHOLDS", {}))
+    return Study(name, measure, config, verdicts.verdicts, thresholds, doc, **kw)
