@@ -1,0 +1,142 @@
+"""The gettext corpus builder on .mo files written here: filters, one pair per source, hash splits, errors."""
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from normjax.train import data_gettext
+from normjax.train.data_gettext import CorpusSpec, build_corpus, read_mo, split_of
+from normjax.train.data_text import DataError
+
+HEADER = "Content-Type: text/plain; charset=UTF-8\nPlural-Forms: nplurals=2; plural=(n != 1);\n"
+
+
+def write_mo(path, entries: dict[str, str], big_endian=False):
+    """The GNU .mo format: magic, revision, N, offsets of the two (length, offset) tables, no hash table."""
+    order = ">" if big_endian else "<"
+    keys = sorted(entries)
+    ids, strs = [k.encode() for k in keys], [entries[k].encode() for k in keys]
+    n = len(keys)
+    blob, offset = b"", 28 + 16 * n
+    tables = []
+    for group in (ids, strs):
+        table = []
+        for s in group:
+            table.append((len(s), offset + len(blob)))
+            blob += s + b"\0"
+        tables.append(table)
+    head = struct.pack(f"{order}7I", 0x950412DE, 0, n, 28, 28 + 8 * n, 0, 0)
+    body = b"".join(struct.pack(f"{order}2I", *e) for table in tables for e in table)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(head + body + blob)
+
+
+def good_pairs(n, offset=0):
+    return {f"open the file number {i}": f"die Datei Nummer {i} öffnen" for i in range(offset, offset + n)}
+
+
+def make_catalogs(prefix, names=("app", "lib")):
+    folder = prefix / "share" / "locale" / "de" / "LC_MESSAGES"
+    a = {"": HEADER} | good_pairs(60)
+    a |= {
+        "Cancel": "Abbrechen",
+        "Untranslated": "Untranslated",  # msgstr == msgid
+        "  spaced\n out ": "",  # empty
+        "%s: %s": "%s – %s",  # placeholder-only
+        "{0}": "{0}.",  # placeholder-only
+        "menu\x04Open": "Öffnen",  # a context
+        "one file\x00%d files": "eine Datei\x00%d Dateien",  # a plural entry
+    }
+    b = {"": HEADER} | good_pairs(60, offset=30)  # 30 pairs repeat a's
+    b |= {"Cancel": "Abbrechen", "Abort": "Abbrechen", "Quit": "Beenden"}  # "Abbrechen" three times
+    write_mo(str(folder / f"{names[0]}.mo"), a)
+    write_mo(str(folder / f"{names[1]}.mo"), b, big_endian=True)
+    return folder
+
+
+def test_read_mo_both_byte_orders(tmp_path):
+    entries = {"": HEADER, "a": "b", "ctx\x04c": "d", "x\x00xs": "y\x00ys"}
+    for big in (False, True):
+        write_mo(str(tmp_path / "t.mo"), entries, big_endian=big)
+        assert dict(read_mo(str(tmp_path / "t.mo"))) == entries
+    (tmp_path / "bad.mo").write_bytes(b"\0" * 28)
+    with pytest.raises(DataError, match="bad.mo"):
+        read_mo(str(tmp_path / "bad.mo"))
+
+
+def build(tmp_path, names=("app", "lib"), out="out", **kw):
+    make_catalogs(tmp_path / f"prefix_{'_'.join(names)}", names)
+    spec = CorpusSpec(prefixes=(str(tmp_path / f"prefix_{'_'.join(names)}"),), vocab_size=80, min_pairs=20, **kw)
+    return spec, build_corpus(spec, str(tmp_path / out))
+
+
+def read_split(folder, name, spec):
+    src = (folder / f"{name}.{spec.src}").read_text().splitlines()
+    tgt = (folder / f"{name}.{spec.tgt}").read_text().splitlines()
+    return list(zip(src, tgt, strict=True))
+
+
+def test_filters_one_pair_per_source_and_plurals(tmp_path):
+    spec, manifest = build(tmp_path, valid_fraction=0.2, test_fraction=0.2)
+    pairs = [p for name in data_gettext.SPLITS for p in read_split(tmp_path / "out", name, spec)]
+    src = [s for s, _ in pairs]
+    assert len(src) == len(set(src)) == sum(manifest["pairs"].values())
+    assert manifest["dropped"] == {"duplicate": 30 + 2, "empty": 1, "placeholder_only": 2, "untranslated": 1}
+    kept = dict(pairs)
+    assert kept["Abbrechen"] == "Cancel"  # commonest translation (twice, "Abort" once)
+    assert kept["Öffnen"] == "Open" and kept["Beenden"] == "Quit"
+    assert kept["eine Datei"] == "one file" and kept["%d Dateien"] == "%d files"  # plural form of n = 2
+    assert not {"Untranslated", "", "%s – %s", "{0}."} & set(kept)
+    assert len(pairs) == 90 + 3 + 2  # 90 distinct numbered sentences, Abbrechen/Öffnen/Beenden, 2 plurals
+    for name in data_gettext.SPLITS:
+        assert all(split_of(s, spec) == name for s, _ in read_split(tmp_path / "out", name, spec))
+        assert manifest["pairs"][name] > 0
+    for cat in manifest["catalogs"]:
+        with open(cat["path"], "rb") as f:
+            assert cat["sha256"] == hashlib.sha256(f.read()).hexdigest()
+    with open(tmp_path / "out" / "spm.model", "rb") as f:
+        assert manifest["tokenizer"]["sha256"] == hashlib.sha256(f.read()).hexdigest()
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == json.loads(json.dumps(manifest))
+
+
+def test_split_depends_on_the_source_text_only(tmp_path):
+    spec, first = build(tmp_path, names=("app", "lib"), out="a")
+    _, again = build(tmp_path, names=("zzz", "aaa"), out="b")  # other file names: another read order
+    for name in data_gettext.SPLITS:
+        assert read_split(tmp_path / "a", name, spec) == read_split(tmp_path / "b", name, spec)
+    assert first["files"] == again["files"] and first["tokenizer"]["sha256"] == again["tokenizer"]["sha256"]
+    assert split_of("die Datei Nummer 3 öffnen", spec) == split_of("die Datei Nummer 3 öffnen", CorpusSpec())
+
+
+def test_direction_en_to_de(tmp_path):
+    spec, manifest = build(tmp_path, src="en", tgt="de")
+    pairs = dict(p for name in data_gettext.SPLITS for p in read_split(tmp_path / "out", name, spec))
+    assert pairs["Cancel"] == "Abbrechen" and pairs["Abort"] == "Abbrechen"  # distinct English sources
+    assert manifest["settings"]["src"] == "en" and (tmp_path / "out" / "train.en").exists()
+
+
+def test_too_few_pairs_is_one_line_naming_the_count_and_folders(tmp_path):
+    folder = make_catalogs(tmp_path)
+    spec = CorpusSpec(prefixes=(str(tmp_path),), min_pairs=10_000)
+    with pytest.raises(DataError, match=r"found 95 de-en translation pairs \(need 10000\)") as e:
+        build_corpus(spec, str(tmp_path / "out"))
+    assert str(folder) in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(DataError, match="found 0 fr-en"):
+        build_corpus(CorpusSpec(src="fr", prefixes=(str(tmp_path),)), str(tmp_path / "out"))
+
+
+def test_cli_exit_2_with_one_line(tmp_path):
+    make_catalogs(tmp_path)
+    cmd = [sys.executable, "-m", "normjax.train.data_gettext", f"--prefixes={tmp_path}", f"--out={tmp_path / 'o'}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("data error: found 95 de-en translation pairs")
+    proc = subprocess.run([*cmd, "--tgt=de"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("config error: src and tgt are both 'de'")
