@@ -48,3 +48,35 @@ def check_finite(what: str, x, error=FloatingPointError) -> None:
 def require_finite(name: str, x) -> None:
     """Raises `ValueError` naming the input `name` when `x` has NaN or inf entries."""
     check_finite(f"input {name}", x, error=ValueError)
+
+
+def working_dtype(*dtypes) -> np.dtype:
+    """The one floating dtype a call computes its vectors, J and spectra in.
+
+    The promotion of the input and output dtypes (float32 x with float64 f(x): float64), widened to
+    float32 when narrower: LAPACK has no bfloat16/float16 SVD, and Krylov bases lose orthogonality fast
+    in them. The function itself still runs as written (its bfloat16 arithmetic included).
+    """
+    dtype = np.dtype(jnp.result_type(*dtypes))
+    return np.dtype(jnp.float32) if jnp.finfo(dtype).bits < 32 else dtype
+
+
+def narrowest(dtypes) -> np.dtype:
+    """The floating dtype of lowest precision (largest eps) among `dtypes`."""
+    return max((np.dtype(d) for d in dtypes), key=lambda d: float(jnp.finfo(d).eps))
+
+
+def default_tol(dtype, precision=None) -> float:
+    """Default relative tolerance of power/Lanczos: well above the rounding noise of a norm estimate.
+
+    Set by the narrowest of the working `dtype` and the `precision` the function computes in (each J v
+    is only that precise): 1e-10 for float64, 1e-5 for float32, LOW_PRECISION_TOL_EPS times eps below
+    (bfloat16 0.031, float16 0.0039), where the residual cannot go much below eps.
+    """
+    d = narrowest([dtype] if precision is None else [dtype, precision])
+    if jnp.finfo(d).bits < 32:
+        return LOW_PRECISION_TOL_EPS * float(jnp.finfo(d).eps)
+    return 1e-10 if d == np.float64 else 1e-5
+
+
+LOW_PRECISION_TOL_EPS = 4.0

@@ -11,8 +11,14 @@ from normjax.jacobian import checks
 
 
 def linear_ops(g, x_N):
-    """Linearizes g at x once; returns g(x), v -> J v and u -> J^T u (never J itself)."""
+    """Linearizes g at x once; returns g(x), v -> J v and u -> J^T u (never J itself).
+
+    g must map x's dtype to the same dtype (the working dtype, `checks.working_dtype`): every Krylov
+    vector then has it.
+    """
     y_M, jvp = jax.linearize(g, x_N)
+    if y_M.dtype != x_N.dtype:
+        raise TypeError(f"g must return x's dtype {x_N.dtype}, got {y_M.dtype}; cast with checks.working_dtype.")
     vjp = jax.linear_transpose(jvp, x_N)
     return y_M, jvp, lambda u_M: vjp(u_M)[0]
 
@@ -135,18 +141,20 @@ def _ritz(alpha_K, beta_K, j):
     return jnp.sqrt(jnp.maximum(w_K[::-1], 0)), P_KK[j, ::-1]
 
 
-def lanczos(g, x_N, v0_N, k, max_dim: int, tol):
+def lanczos(g, x_N, v0_N, k, max_dim: int, tol, vectors: bool = False):
     """Golub-Kahan-Lanczos bidiagonalization with full reorthogonalization, J V = U B.
 
     For a Ritz triplet (theta_i, U p_i, V q_i), J V q_i = theta_i U p_i exactly and
     ||J^T U p_i - theta_i V q_i|| = beta_j |P[j, i]|, so some singular value of J lies within that
     residual of theta_i (as in `power_triplet`). Stops when the top-k residuals are <= tol * theta_0,
     or after max_dim steps (static). k may be traced. Returns (all max_dim Ritz values, largest
-    first; steps; max relative residual of the top k; #non-finite g(x)).
+    first; steps; max relative residual of the top k; #non-finite g(x)), and with `vectors` (static)
+    also the top Ritz pair (u_M, v_N), for which J v = theta_0 u and ||J^T u - theta_0 v|| is at most
+    the returned residual times theta_0.
     """
     y_M, jvp, vjp = linear_ops(g, x_N)
     V_KN = jnp.zeros((max_dim + 1, x_N.size), x_N.dtype).at[0].set(_unit(v0_N))
-    U_KM = jnp.zeros((max_dim, y_M.size), y_M.dtype)
+    U_KM = jnp.zeros((max_dim, y_M.size), x_N.dtype)
     zeros_K = jnp.zeros((max_dim,), x_N.dtype)
 
     def body(state):
@@ -170,9 +178,13 @@ def lanczos(g, x_N, v0_N, k, max_dim: int, tol):
         return (j < max_dim) & ((j < k) | (rel > tol))
 
     init = (jnp.int32(0), V_KN, U_KM, zeros_K, zeros_K, jnp.zeros((), x_N.dtype), jnp.asarray(jnp.inf, x_N.dtype))
-    j, _, _, alpha_K, beta_K, _, rel = jax.lax.while_loop(cond, body, init)
-    theta_K = jnp.linalg.svd(_bidiagonal(alpha_K, beta_K, j - 1), compute_uv=False)
-    return theta_K, j, rel, checks.count_nonfinite(y_M)
+    j, V_KN, U_KM, alpha_K, beta_K, _, rel = jax.lax.while_loop(cond, body, init)
+    B_KK = _bidiagonal(alpha_K, beta_K, j - 1)
+    if not vectors:
+        return jnp.linalg.svd(B_KK, compute_uv=False), j, rel, checks.count_nonfinite(y_M)
+    P_KK, theta_K, Qt_KK = jnp.linalg.svd(B_KK)  # B = P diag(theta) Q^T; rows/columns past j are 0
+    u_M, v_N = _unit(U_KM.T @ P_KK[:, 0]), _unit(V_KN[:max_dim].T @ Qt_KK[0])
+    return theta_K, j, rel, checks.count_nonfinite(y_M), (u_M, v_N)
 
 
 def hutchinson(g, x_N, z_PN, chunk_size):

@@ -35,14 +35,17 @@ class SpectralInfo:
       converged: residual <= tol (for Lanczos also when the Krylov space is the whole space).
       error_bound: absolute: power and Lanczos, the largest residual ||J^T u - s v|| of the returned
         triplets (J v = s u holds exactly), so a singular value of J lies within it of each estimate;
-        exact, LAPACK's approximate bound eps * s_max for the dense SVD.
+        exact, see `exact_error_bound`.
+      dtype: the working dtype of J, the Krylov vectors and the SVD (`checks.working_dtype`: x's and
+        f(x)'s dtypes promoted, bfloat16/float16 widened to float32).
     """
 
     method: str
     iterations: int
     residual: float
     converged: bool
-    error_bound: float = 0.0
+    error_bound: float
+    dtype: str
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -58,11 +61,6 @@ class FrobeniusInfo:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def default_tol(dtype) -> float:
-    """Default stopping tolerance: well above rounding noise of a norm estimate in `dtype`."""
-    return 1e-10 if jnp.dtype(dtype) == jnp.float64 else 1e-5
 
 
 @functools.partial(jax.jit, static_argnames=("k",))
@@ -103,12 +101,13 @@ def check_iteration_args(num_iters, tol) -> None:
         raise ValueError(f"tol must be a finite number > 0 or None, got {tol!r}.")
 
 
-def _host_level(name: str, conv) -> None:
-    """TypeError when called under a JAX transformation, pointing at the traceable variant."""
+def host_level(name: str, conv) -> None:
+    """TypeError when called under a JAX transformation, naming the entry point and its traceable variant."""
     if any(isinstance(a, jax.core.Tracer) for a in (conv.x_N, *conv.args)):
         raise TypeError(
             f"jacobian.{name} is a host-level entry point (it reads results back); inside jit, vmap or grad use "
-            f"normjax.jacobian.pure.{name} (or differentiable_spectral_norm)."
+            f"normjax.jacobian.pure.{name}"
+            + (" (or jacobian.differentiable_spectral_norm for gradients)." if name == "spectral_norm" else ".")
         )
 
 
@@ -127,8 +126,8 @@ def _finish(values, info, tol, return_info):
 def _exact(conv, k, out_size):
     mode = "fwd" if conv.x_N.size <= out_size else "rev"  # the cheaper of N JVPs and M VJPs
     s_K = _top_singular_values(jacobian_of(conv, mode=mode), k)
-    bound = float(jnp.finfo(conv.x_N.dtype).eps * s_K[0])
-    return s_K, SpectralInfo("exact", 0, float(jnp.finfo(conv.x_N.dtype).eps), True, bound)
+    bound = float(jnp.finfo(conv.dtype).eps * s_K[0])
+    return s_K, SpectralInfo("exact", 0, float(jnp.finfo(conv.dtype).eps), True, bound, str(conv.dtype))
 
 
 def singular_values(
@@ -159,7 +158,8 @@ def singular_values(
         reaches min(N, M), one compile per dimension tried).
       num_iters: iteration cap >= 1: power steps (default 500) or Lanczos Krylov dimension
         (default min(N, M, 2 k + 60)).
-      tol: relative tolerance > 0 on the residual error bound (default `default_tol(x.dtype)`).
+      tol: relative tolerance > 0 on the residual error bound (default `checks.default_tol`: 1e-10 in
+        float64, 1e-5 in float32, 0.031 for a function that computes in bfloat16).
       key: PRNG key of the random start vector (default `jax.random.key(0)`).
       return_info: also return a `SpectralInfo`.
 
@@ -171,9 +171,25 @@ def singular_values(
       ValueError: bad arguments or non-finite x. FloatingPointError: non-finite f(x) or result.
       TypeError: f, x or f(x) of an unsupported kind.
     """
+    return _spectrum(
+        "singular_values",
+        f,
+        x,
+        k,
+        params,
+        method=method,
+        num_iters=num_iters,
+        tol=tol,
+        key=key,
+        return_info=return_info,
+    )
+
+
+def _spectrum(entry, f, x, k, params, *, method, num_iters, tol, key, return_info):
+    """`singular_values`, with errors under a transformation naming the public `entry` that was called."""
     check_iteration_args(num_iters, tol)
     conv = prepare(f, x, params)
-    _host_level("singular_values", conv)
+    host_level(entry, conv)
     x_N, out_size = conv.x_N, conv.out_size
     requested, method = method, resolve_method(method, x_N.size, out_size)
     rank = min(x_N.size, out_size)
@@ -184,7 +200,7 @@ def singular_values(
         raise ValueError(f"k must be an int in [1, min(x.size, f(x).size) = {rank}], got {k!r}.")
     if method == "power" and k != 1:
         raise ValueError("power iteration gives only the top singular value; use k=1 or lanczos.")
-    tol = default_tol(x_N.dtype) if tol is None else float(tol)
+    tol = checks.default_tol(conv.dtype, conv.fn.precision) if tol is None else float(tol)
     key = jax.random.key(0) if key is None else key
     if method == "exact":
         s_K, info = _exact(conv, k, out_size)
@@ -212,7 +228,7 @@ def singular_values(
             bound = res * float(theta_K[0])
         # A full Krylov basis (max_dim = rank) makes B's singular values exact up to rounding.
         converged = res <= tol or (method == "lanczos" and int(steps) == rank)
-        info = SpectralInfo(method, int(steps), res, converged, bound)
+        info = SpectralInfo(method, int(steps), res, converged, bound, str(conv.dtype))
     checks.check_finite(f"the {info.method} singular values", s_K)
     return _finish(s_K, info, tol, return_info)
 
@@ -238,8 +254,8 @@ def spectral_norm(
     Returns:
       A scalar array, and the `SpectralInfo` if `return_info`.
     """
-    out = singular_values(
-        f, x, 1, params=params, method=method, num_iters=num_iters, tol=tol, key=key, return_info=return_info
+    out = _spectrum(
+        "spectral_norm", f, x, 1, params, method=method, num_iters=num_iters, tol=tol, key=key, return_info=return_info
     )
     return (out[0][0], out[1]) if return_info else out[0]
 
@@ -272,7 +288,7 @@ def frobenius_norm_sq(
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}.")
     conv = prepare(f, x, params)
-    _host_level("frobenius_norm_sq", conv)
+    host_level("frobenius_norm_sq", conv)
     if method == "exact":
         J_MN = jacobian_of(conv, chunk_size=chunk_size)
         value, info = jnp.sum(J_MN**2), FrobeniusInfo("exact", 0, 0.0)

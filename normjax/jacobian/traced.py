@@ -1,10 +1,12 @@
 """Any function as a pure flat map with its parameters and closed-over arrays as traced arguments."""
 
 # `convert(f, x, params)` traces `f` once (`jax.make_jaxpr`, milliseconds) into a jaxpr whose every
-# array (module weights, closed-over arrays, `params`) is an explicit input. Programs are compiled per
-# structural key (the printed jaxpr, its argument shapes and dtypes, and the identity of any custom
-# derivative rule), so a new closure of the same structure (another block, the model after training)
-# reuses one compiled program, while every call reads the current values: never stale by construction.
+# array (module weights, closed-over arrays, the arrays of `params`, the constants an inner `jax.jit`
+# captured) is an explicit input. Programs are compiled per structural key (a hash of the jaxpr's
+# equations, its argument shapes and dtypes, and the identity of any custom derivative rule), so a new
+# closure of the same structure (another block, the model after training) reuses one compiled program,
+# while every call reads the current values: never stale by construction. Inputs and outputs are cast
+# to one working dtype (`checks.working_dtype`), so every vector and J itself have that dtype.
 
 from __future__ import annotations
 
@@ -28,23 +30,30 @@ from normjax.jacobian import checks
 _CACHE_SIZE = 512
 _CANONICAL: collections.OrderedDict[str, PureFn] = collections.OrderedDict()
 _SIMPLE = (str, int, float, bool, complex, type(None), np.dtype)
+_ARRAY = (jax.Array, np.ndarray, np.generic)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PureFn:
-    """y_M = fn(args, x_N): the canonical jaxpr of one structure, hashable by its structural key.
+    """y_M = fn(args, x_N) in the working `dtype`: the canonical jaxpr of one structure, hashable by its key.
 
-    Passed as a static argument to `jax.jit`: equal keys share one compiled program.
+    Passed as a static argument to `jax.jit`: equal keys share one compiled program. x_N is cast to the
+    function's own input dtype and its output to `dtype` (`checks.working_dtype`); `precision` is the
+    narrowest floating dtype the function computes in.
     """
 
     key: str
     jaxpr: Any  # jax.extend.core.Jaxpr, the first one traced with this key
     num_consts: int
+    dtype: np.dtype
+    precision: np.dtype
 
     def __call__(self, args, x_N):
-        return jex.jaxpr_as_fun(jex.ClosedJaxpr(self.jaxpr, list(args[: self.num_consts])))(
-            *args[self.num_consts :], x_N
+        in_dtype = self.jaxpr.invars[-1].aval.dtype
+        y_M = jex.jaxpr_as_fun(jex.ClosedJaxpr(self.jaxpr, list(args[: self.num_consts])))(
+            *args[self.num_consts :], x_N.astype(in_dtype)
         )[0]
+        return y_M.astype(self.dtype)
 
     def __hash__(self) -> int:
         return hash(self.key)
@@ -55,7 +64,10 @@ class PureFn:
 
 @dataclasses.dataclass(frozen=True)
 class Converted:
-    """`f` at `x` as a pure flat map: fn(args, x_N) == ravel(f(x)); unravel_x / out_shapes describe the pytrees."""
+    """`f` at `x` as a pure flat map: fn(args, x_N) == ravel(f(x)) in the working dtype `fn.dtype`.
+
+    unravel_x / out_shapes describe the pytrees (unravel_x takes x's own raveled dtype).
+    """
 
     fn: PureFn
     args: tuple
@@ -64,26 +76,73 @@ class Converted:
     out_shapes: Any  # pytree of jax.ShapeDtypeStruct, like f(x)
     unravel_x: Callable
 
+    @property
+    def dtype(self) -> np.dtype:
+        return self.fn.dtype
+
 
 def _array_digest(value) -> str:
     a = np.asarray(value)
     return f"{a.dtype}{a.shape}:" + hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
-def _param_tokens(value, out: list) -> None:
-    """Appends what str() of a jaxpr may not pin down: array contents, identities of rule objects."""
-    if isinstance(value, jex.ClosedJaxpr):
-        out.extend(_array_digest(c) for c in value.consts)
-        _jaxpr_tokens(value.jaxpr, out)
-    elif isinstance(value, jex.Jaxpr):
-        _jaxpr_tokens(value, out)
-    elif isinstance(value, tuple | list):
-        for v in value:
-            _param_tokens(v, out)
-    elif isinstance(value, np.ndarray | jax.Array):
-        out.append(_array_digest(value))
-    elif isinstance(value, types.FunctionType) or hasattr(value, "call_wrapped"):
-        out.append(_rule_identity(value))
+class _Structure:
+    """Hashes jaxprs equation by equation (never printing them) and notes the floating dtypes computed in.
+
+    A sub-jaxpr met twice (one jitted layer called L times, a scan body) is hashed once.
+    """
+
+    def __init__(self):
+        self.memo: dict[int, str] = {}
+        self.avals: dict = {}
+        self.floats: set = set()
+
+    def jaxpr(self, jaxpr) -> str:
+        if id(jaxpr) not in self.memo:
+            self.memo[id(jaxpr)] = self._digest(jaxpr)
+        return self.memo[id(jaxpr)]
+
+    def aval(self, aval) -> str:
+        token = self.avals.get(aval)
+        if token is None:
+            token = self.avals[aval] = repr(aval)
+            dtype = getattr(aval, "dtype", None)
+            if dtype is not None and dtype not in self.floats and jnp.issubdtype(dtype, jnp.floating):
+                self.floats.add(dtype)
+        return token
+
+    def _digest(self, jaxpr) -> str:
+        names: dict = {}
+        h = hashlib.blake2b(digest_size=20)
+
+        def ref(v) -> str:
+            if isinstance(v, jex.Literal):
+                val = np.asarray(v.val)
+                return f"{val.dtype}{val.shape}{val.tobytes().hex()}:{self.aval(v.aval)}"
+            return names.setdefault(v, f"v{len(names)}")
+
+        h.update(",".join(f"{ref(v)}:{self.aval(v.aval)}" for v in (*jaxpr.constvars, *jaxpr.invars)).encode())
+        for eqn in jaxpr.eqns:
+            ins = ",".join(ref(v) for v in eqn.invars)
+            outs = ",".join(f"{'_' if isinstance(v, jex.DropVar) else ref(v)}:{self.aval(v.aval)}" for v in eqn.outvars)
+            params = ";".join(f"{k}={self.value(p)}" for k, p in sorted(eqn.params.items()))
+            h.update(f"{eqn.primitive.name}({ins})->{outs}[{params}]\n".encode())
+        h.update(",".join(ref(v) for v in jaxpr.outvars).encode())
+        return h.hexdigest()
+
+    def value(self, value) -> str:
+        """A parameter's token: sub-jaxprs by hash, arrays by contents, rule objects by identity."""
+        if isinstance(value, jex.ClosedJaxpr):
+            return f"{self.jaxpr(value.jaxpr)}{[_array_digest(c) for c in value.consts]}"
+        if isinstance(value, jex.Jaxpr):
+            return self.jaxpr(value)
+        if isinstance(value, tuple | list):
+            return f"({','.join(self.value(v) for v in value)})"
+        if isinstance(value, np.ndarray | jax.Array):
+            return _array_digest(value)
+        if isinstance(value, types.FunctionType) or hasattr(value, "call_wrapped"):
+            return _rule_identity(value)
+        return repr(value)
 
 
 def _rule_identity(value) -> str:
@@ -166,28 +225,27 @@ def _module_level_rule(obj) -> bool:
     return isinstance(obj, types.FunctionType) and obj.__closure__ is None and "<locals>" not in obj.__qualname__
 
 
-def _jaxpr_tokens(jaxpr, out: list) -> None:
-    for eqn in jaxpr.eqns:
-        for v in eqn.invars:
-            if isinstance(v, jex.Literal) and np.ndim(v.val) > 0:
-                out.append(_array_digest(v.val))
-        for value in eqn.params.values():
-            _param_tokens(value, out)
+def structural_key(closed) -> tuple[str, set]:
+    """(a hash of the jaxpr, its argument avals and what a jaxpr does not pin down; its floating dtypes)."""
+    walker = _Structure()
+    consts = [(jnp.shape(c), jnp.result_type(c), getattr(c, "weak_type", None)) for c in closed.consts]
+    key = hashlib.blake2b(f"{walker.jaxpr(closed.jaxpr)}{consts!r}".encode(), digest_size=20).hexdigest()
+    return key, walker.floats
 
 
-def structural_key(closed) -> str:
-    """The printed jaxpr plus argument avals and everything printing does not pin down."""
-    tokens = [str(closed.jaxpr), repr([v.aval for v in closed.jaxpr.invars])]
-    tokens.append(repr([(jnp.shape(c), jnp.result_type(c), getattr(c, "weak_type", None)) for c in closed.consts]))
-    _jaxpr_tokens(closed.jaxpr, tokens)
-    return "\n".join(tokens)
+def dtypes(closed, floats=None) -> tuple[np.dtype, np.dtype]:
+    """(working dtype, precision) of a flat map's jaxpr R^N -> R^M: its input and output dtypes promoted
+    (`checks.working_dtype`), and the narrowest floating dtype it computes in (`floats`, else walked)."""
+    in_dtype, out_dtype = closed.jaxpr.invars[-1].aval.dtype, closed.jaxpr.outvars[0].aval.dtype
+    floats = structural_key(closed)[1] if floats is None else floats
+    return checks.working_dtype(in_dtype, out_dtype), checks.narrowest(floats | {in_dtype, out_dtype})
 
 
 def _canonical(closed, num_consts: int) -> PureFn:
-    key = structural_key(closed)
+    key, floats = structural_key(closed)
     fn = _CANONICAL.get(key)
     if fn is None:
-        fn = PureFn(key, closed.jaxpr, num_consts)
+        fn = PureFn(key, closed.jaxpr, num_consts, *dtypes(closed, floats))
         _CANONICAL[key] = fn
         if len(_CANONICAL) > _CACHE_SIZE:
             _CANONICAL.popitem(last=False)
@@ -196,22 +254,72 @@ def _canonical(closed, num_consts: int) -> PureFn:
     return fn
 
 
-def _ravel_floats(what: str, tree) -> tuple[jax.Array, Callable]:
-    leaves = jax.tree.leaves(tree)
+def _has_jit_consts(jaxpr) -> bool:
+    """Whether an inner `jax.jit` (at any depth of jits) captured arrays as constants of its own jaxpr."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "jit" and (eqn.params["jaxpr"].consts or _has_jit_consts(eqn.params["jaxpr"].jaxpr)):
+            return True
+    return False
+
+
+def _eval_inlined(jaxpr, consts, args) -> list:
+    """`jax.core.eval_jaxpr` with every `jit` equation replaced by its body: traced under `make_jaxpr`,
+    the arrays an inner jit captured (a `jax.jit` closure's weights) become constants of the outer jaxpr,
+    so they are arguments of the compiled program, not contents hashed into its key."""
+    env: dict = {}
+
+    def read(v):
+        return v.val if isinstance(v, jex.Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts, strict=True))
+    env.update(zip(jaxpr.invars, args, strict=True))
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        if eqn.primitive.name == "jit":
+            inner = eqn.params["jaxpr"]
+            outs = _eval_inlined(inner.jaxpr, inner.consts, invals)
+        else:
+            outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        env.update(zip(eqn.outvars, outs, strict=True))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _path(name: str, path) -> str:
+    return f"{name}{jax.tree_util.keystr(path)}"
+
+
+def ravel_floats(what: str, tree) -> tuple[jax.Array, Callable]:
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
     if not leaves:
         raise TypeError(f"{what} has no array leaves.")
-    for leaf in leaves:
-        if isinstance(leaf, bool) or not isinstance(leaf, jax.Array | np.ndarray | np.generic | float | int):
+    for path, leaf in leaves:
+        if isinstance(leaf, bool) or not isinstance(leaf, (*_ARRAY, float, int)):
             raise TypeError(
-                f"{what} must be an array or a pytree (dict, list, tuple, ...) of arrays, got a leaf of type "
-                f"{type(leaf).__name__}."
+                f"{what} must be an array or a pytree (dict, list, tuple, ...) of arrays, got a leaf "
+                f"{_path(what, path)} of type {type(leaf).__name__}."
             )
         if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
-            raise TypeError(f"{what} must have floating dtypes to be differentiated, got {jnp.result_type(leaf)}.")
+            raise TypeError(
+                f"{what} must have floating dtypes to be differentiated, got {jnp.result_type(leaf)} at "
+                f"{_path(what, path)}."
+            )
     return ravel_pytree(tree)
 
 
-def as_callable(f, params=None) -> Callable:
+def check_output(y) -> None:
+    """TypeError naming the first leaf of f(x) that is not a floating array (a returned state, a count)."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(y):
+        dtype = jnp.result_type(leaf) if isinstance(leaf, (*_ARRAY, float, int)) else None
+        if dtype is None or isinstance(leaf, bool) or not jnp.issubdtype(dtype, jnp.floating):
+            got = f"dtype {dtype}" if dtype is not None else f"type {type(leaf).__name__}"
+            raise TypeError(
+                f"f(x) must return (a pytree of) floating arrays, but its output {_path('f(x)', path)} has {got}: "
+                "return only the arrays to differentiate (for f returning (y, state): lambda x: f(x)[0])."
+            )
+
+
+def as_callable(f, params=None) -> tuple[Callable, Any]:
     """f as a function of (params, x): an nnx.Module is split so its state is an explicit argument."""
     if isinstance(f, nnx.Module):
         if params is not None:
@@ -227,35 +335,50 @@ def as_callable(f, params=None) -> Callable:
     return f, params
 
 
+def split_params(params) -> tuple[list, Callable]:
+    """(array leaves, rebuild): the arrays of params become arguments; other leaves (an equinox module's
+    activation function, an int, a string) are static, traced into the jaxpr and so part of its key."""
+    leaves, tree = jax.tree.flatten(params)
+    is_array = [isinstance(leaf, _ARRAY) for leaf in leaves]
+    static = [None if a else leaf for leaf, a in zip(leaves, is_array, strict=True)]
+
+    def rebuild(arrays):
+        it = iter(arrays)
+        return jax.tree.unflatten(tree, [next(it) if a else s for a, s in zip(is_array, static, strict=True)])
+
+    return [leaf for leaf, a in zip(leaves, is_array, strict=True) if a], rebuild
+
+
 def convert(f, x, params=None) -> Converted:
-    """Traces f at x into a `PureFn` and its argument list (consts, then the leaves of params).
+    """Traces f at x into a `PureFn` and its argument list (consts, then the array leaves of params).
 
     Args:
       f: f(x), f(params, x) when `params` is given, or an nnx.Module (called as module(x)).
       x: floating array or pytree of floating arrays.
-      params: any pytree of arrays, or None.
+      params: any pytree; its array leaves are arguments, the rest static.
 
     Raises:
       TypeError: f is not callable, x or f(x) is not a (pytree of) floating array(s).
     """
     call, params = as_callable(f, params)
-    x_N, unravel_x = _ravel_floats("x", x)
-    p_leaves, p_tree = jax.tree.flatten(params)
+    x_N, unravel_x = ravel_floats("x", x)
+    p_leaves, rebuild = split_params(params)
     shapes = {}
 
     def flat(p_leaves, x_N):
-        y = call(jax.tree.unflatten(p_tree, p_leaves), unravel_x(x_N))
+        y = call(rebuild(p_leaves), unravel_x(x_N))
+        check_output(y)
         shapes["out"] = jax.tree.map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), y)
-        for leaf in jax.tree.leaves(y):
-            if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
-                raise TypeError(f"f(x) must be a (pytree of) floating array(s), got dtype {jnp.result_type(leaf)}.")
         return ravel_pytree(y)[0] if jax.tree.leaves(y) else jnp.zeros((0,), x_N.dtype)
 
     closed = jax.make_jaxpr(flat)(p_leaves, x_N)
+    if _has_jit_consts(closed.jaxpr):
+        closed = jax.make_jaxpr(lambda *a: _eval_inlined(closed.jaxpr, closed.consts, a))(*p_leaves, x_N)
     consts = list(closed.consts)
     fn = _canonical(closed, len(consts))
+    args = tuple(consts) + tuple(p_leaves)
     out_size = closed.jaxpr.outvars[0].aval.shape[0]
-    return Converted(fn, tuple(consts) + tuple(p_leaves), x_N, out_size, shapes["out"], unravel_x)
+    return Converted(fn, args, x_N.astype(fn.dtype), out_size, shapes["out"], unravel_x)
 
 
 def validate(conv: Converted) -> None:
@@ -270,5 +393,5 @@ def evaluate(f, x, params=None):
     """f(x) (or f(params, x)) through the structure cache: one compile per structure, a pytree like f's."""
     conv = convert(f, x, params)
     y_M = _evaluate(conv.fn, conv.args, conv.x_N)
-    _, unravel = ravel_pytree(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), conv.out_shapes))
-    return unravel(y_M)
+    flat0, unravel = ravel_pytree(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), conv.out_shapes))
+    return unravel(y_M.astype(flat0.dtype))
