@@ -25,14 +25,16 @@ class BlockContext:
     cross_bias: jax.Array | None = None  # (B, 1, T, S)
 
 
-def norm_factory(cfg: ModelConfig):
-    """make_norm with the config's kind, eps, DyT alpha, bias and dtype bound: call it with the width d."""
+def norm_factory(cfg: ModelConfig, site: str | None = None):
+    """make_norm with the config's kind, eps, bias, gain, dtype and the DyT / Derf alpha_0 of `site` ("attn", "ffn",
+    "final" or None, `ModelConfig.norm_alpha`) bound: call it with the width d."""
     return functools.partial(
         make_norm,
         cfg.norm,
         eps=cfg.norm_eps,
-        dyt_alpha=cfg.dyt_alpha,
+        dyt_alpha=cfg.norm_alpha(site),
         use_bias=cfg.norm_bias,
+        gain=cfg.norm_gain,
         param_dtype=jnp.dtype(cfg.param_dtype),
     )
 
@@ -40,12 +42,18 @@ def norm_factory(cfg: ModelConfig):
 class Sublayer(nnx.Module):
     """A branch F (attention or MLP) and the norms, constants and gate its placement wires around it."""
 
-    def __init__(self, cfg: ModelConfig, name: str, placement: str, branch: nnx.Module, init, *, shared_gate: bool):
+    def __init__(
+        self, cfg: ModelConfig, name: str, placement: str, branch: nnx.Module, init, *, shared_gate: bool, layer=0
+    ):
         wiring = registry.get(placement).wiring(name)
-        self.name, self.wire = name, wiring.fn
+        self.name, self.wire, self.block_skip = name, wiring.fn, wiring.block_skip
         self.branch = branch
         d, pdt = cfg.d_model, jnp.dtype(cfg.param_dtype)
-        make = norm_factory(cfg)
+        make = norm_factory(cfg, "ffn" if name == "ffn" else "attn")
+        # LNS: 1/sqrt(l), l = layer + 1, a fixed variable (`layer` is traced when the stack is built by nnx.vmap)
+        scale_dtype = jnp.promote_types(pdt, jnp.float32)
+        depth_scale = jnp.asarray(layer + 1, scale_dtype) ** -0.5 if wiring.depth_scaled else None
+        self.lns_scale = None if depth_scale is None else nnx.Variable(depth_scale)
         self.norm = make(d) if wiring.norms >= 1 else None
         self.norm2 = make(d) if wiring.norms >= 2 else None
         self.alpha = init.deepnorm_alpha
@@ -55,30 +63,39 @@ class Sublayer(nnx.Module):
         # nGPT: the gate stores alpha_scale (init.gate_init) and acts as gate * alpha_init / alpha_scale
         self.eigen_factor = NGPT_ALPHA_INIT / init.gate_init if wiring.hypersphere else None
 
-    def __call__(self, x, F, records, shared_gate=None):
+    def __call__(self, x, F, records, shared_gate=None, block_input=None):
         def rec(role, z):
             records[f"{self.name}.{role}"] = z
             return z
 
         gate = shared_gate if self.gate is None else self.gate[...]
-        return self.wire(self, x, F, rec, None if gate is None else gate.astype(x.dtype))
+        gate = None if gate is None else gate.astype(x.dtype)
+        if not self.block_skip:
+            return self.wire(self, x, F, rec, gate)
+        if block_input is None:
+            raise TypeError(
+                f"the {self.name} sublayer of a B2T block also adds the block's input: probe the whole block "
+                "(block_fn), or pass block_input to Block.apply_sublayer"
+            )
+        return self.wire(self, x, F, rec, gate, block_input)
 
 
 class Block(nnx.Module):
     """Self attention, cross attention (seq2seq decoder only) and MLP, each a wired Sublayer."""
 
-    def __init__(self, cfg: ModelConfig, stack: str, placement: str, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, stack: str, placement: str, *, rngs: nnx.Rngs, layer=0):
         entry = registry.get(placement)
         init = block_init(cfg, stack, entry.init(cfg, stack) if entry.init else InitRule())
         init_fn = functools.partial(kernel_init, cfg)
         shared = entry.shared_gate and not cfg.rezero_per_sublayer
         dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         self.placement, self.dropout_rate = placement, cfg.dropout
+        self.branch_multiplier = cfg.branch_multiplier(stack)  # CompleteP / depth-muP (L / L_base)^-alpha
         self.gate = nnx.Param(jnp.zeros((), pdt)) if shared else None
 
         def attention(name):
             wiring = entry.wiring(name)
-            qk = ("q", "k") if cfg.qk_norm else ()
+            qk = ("q", "k") if cfg.qk_norm and cfg.qk_norm_scope == "head" else ()
             branch = Attention(
                 cfg.d_model,
                 cfg.num_heads,
@@ -86,6 +103,9 @@ class Block(nnx.Module):
                 init_fn=init_fn,
                 make_norm=norm_factory(cfg),
                 qkv_norm=tuple(r for r in ("q", "k", "v") if r in wiring.qkv_norm or r in qk),
+                qk_full_norm=("q", "k") if cfg.qk_norm and cfg.qk_norm_scope == "full" else (),
+                clip=cfg.qkv_clip,
+                logit_softcap=cfg.attn_logit_softcap,
                 inner_norm=wiring.inner_norm,
                 head_scale=wiring.head_scale,
                 ngpt_scale=ngpt_scale(cfg.d_model) if wiring.hypersphere else None,
@@ -93,7 +113,7 @@ class Block(nnx.Module):
                 param_dtype=pdt,
                 rngs=rngs,
             )
-            return Sublayer(cfg, name, placement, branch, init, shared_gate=shared)
+            return Sublayer(cfg, name, placement, branch, init, shared_gate=shared, layer=layer)
 
         self.attn = attention("attn")
         self.cross = attention("cross") if cfg.has_cross_attention(stack) else None
@@ -101,7 +121,7 @@ class Block(nnx.Module):
             mlp = NGPTMLP(cfg.d_model, cfg.d_ff, init.of("ffn"), init_fn=init_fn, dtype=dt, param_dtype=pdt, rngs=rngs)
         else:
             mlp = self._mlp(cfg, init, init_fn, entry, dt, pdt, rngs)
-        self.ffn = Sublayer(cfg, "ffn", placement, mlp, init, shared_gate=shared)
+        self.ffn = Sublayer(cfg, "ffn", placement, mlp, init, shared_gate=shared, layer=layer)
 
     @staticmethod
     def _mlp(cfg, init, init_fn, entry, dt, pdt, rngs):
@@ -134,24 +154,27 @@ class Block(nnx.Module):
                 out = sublayer.branch(h, h, ctx.self_bias, record=rec, dropout_rate=rate, key=keys[0])
             else:
                 out = sublayer.branch(h, ctx.memory, ctx.cross_bias, record=rec, dropout_rate=rate, key=keys[0])
+            if self.branch_multiplier != 1.0:
+                out = out * jnp.asarray(self.branch_multiplier, out.dtype)
             records[f"{sublayer.name}.out"] = out
             return dropout(out, rate, keys[1])
 
         return F
 
-    def apply_sublayer(self, sublayer: Sublayer, x, ctx: BlockContext, records, key=None):
-        """x after one wired sublayer; fills `records` with its norm inputs and branch output."""
+    def apply_sublayer(self, sublayer: Sublayer, x, ctx: BlockContext, records, key=None, block_input=None):
+        """x after one wired sublayer; fills `records` with its norm inputs and branch output (times the branch
+        multiplier, when the config sets one). `block_input` is the block's input, which B2T's last sublayer adds."""
         shared_gate = None if self.gate is None else self.gate[...]
-        return sublayer(x, self.branch(sublayer, ctx, records, key), records, shared_gate)
+        return sublayer(x, self.branch(sublayer, ctx, records, key), records, shared_gate, block_input)
 
     def __call__(self, x, ctx: BlockContext, key=None):
         """(y, records): the block output and {site: array} for every norm input and branch output."""
         records = {}
         subs = self.sublayers()
         keys = [None] * len(subs) if key is None else list(jax.random.split(key, len(subs)))
-        x = materialize_cotangent(x)
+        x = x_in = materialize_cotangent(x)
         for sublayer, k in zip(subs, keys, strict=True):
-            x = self.apply_sublayer(sublayer, x, ctx, records, k)
+            x = self.apply_sublayer(sublayer, x, ctx, records, k, block_input=x_in)
         return x, records
 
 

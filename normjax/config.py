@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 from normjax import registry
-from normjax.norms import NORM_KINDS
+from normjax.norms import GAINS, NORM_KINDS
 
 ARCHS = ("decoder", "encoder", "encoder_decoder")
 PLACEMENTS = registry.PLACEMENTS
@@ -16,6 +16,9 @@ ACTIVATIONS = ("relu", "gelu")
 POS_ENCODINGS = ("sinusoidal", "learned")
 BRANCH_SCALINGS = ("none", "gpt2")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
+NORM_GAINS = GAINS
+QK_NORM_SCOPES = ("head", "full")
+DYT_SITES = ("attn", "ffn", "final")  # the norm sites with their own DyT / Derf alpha_0
 
 
 def _fail(field: str, value, expected: str):
@@ -56,6 +59,14 @@ class ModelConfig:
     placement; `embedding_norm=True` normalises the embeddings before the first block. Invalid values raise
     `ValueError` naming the field, the value and the valid choices. `theory=True` is Xiong et al.'s analysis
     setting: one head, W^Q = W^K = 0, weights N(0, 1/fan_in), zero biases, gamma = 1, beta = 0.
+
+    Options of 2024-26 recipes (docs/placements.md): `norm_gain` "zero_centred" (gamma = 1 + g, g = 0 at init, Gemma)
+    or "none" (weightless norms, modded-nanogpt); `qk_norm_scope="full"` normalises q and k over d_model before the
+    head split (OLMo 2); `dyt_alpha_{attn,ffn,final}` are DyT's / Derf's per-site alpha_0 (None = `dyt_alpha`);
+    `attn_logit_softcap` / `final_logit_softcap` c give c tanh(logits / c) (Gemma 2: 50, 30); `qkv_clip` c clamps
+    q, k, v to [-c, c] after their projections (OLMo); `z_loss` is the coefficient of log(Z)^2 in the training loss
+    (PaLM 1e-4, OLMo 2 1e-5); `branch_multiplier_alpha` multiplies every branch output by (L / L_base)^-alpha, L the
+    stack depth and L_base `branch_multiplier_base_depth` (CompleteP alpha = 1, depth-muP alpha = 1/2).
     """
 
     arch: str = "decoder"
@@ -90,6 +101,19 @@ class ModelConfig:
     deepnorm_alpha: float | None = None  # None = paper value for this topology
     deepnorm_beta: float | None = None
     admin_omega: float | None = None  # None = closed form sqrt((N+1)/ln(N+1) - 1)
+    norm_gain: str = "one"  # "one" | "zero_centred" (1 + g, g = 0) | "none" (no gamma)
+    qk_norm_scope: str = "head"  # "head" (width d_model / H) | "full" (width d_model, before the head split)
+    dyt_alpha_attn: float | None = None  # DyT / Derf alpha_0 of the attention sublayers' norms; None = dyt_alpha
+    dyt_alpha_ffn: float | None = None  # ... of the FFN sublayers' norms
+    dyt_alpha_final: float | None = None  # ... of the final norm
+    attn_logit_softcap: float | None = None  # c tanh(logits / c) on attention logits (Gemma 2: 50)
+    final_logit_softcap: float | None = None  # c tanh(logits / c) on the output logits (Gemma 2: 30)
+    qkv_clip: float | None = None  # clamp q, k, v to [-c, c] after their projections (OLMo clip_qkv)
+    z_loss: float = 0.0  # coefficient of log(Z)^2 in the training loss (PaLM 1e-4, OLMo 2 1e-5)
+    branch_multiplier_alpha: float | None = (
+        None  # branch outputs times (L / L_base)^-alpha (CompleteP 1, depth-muP 1/2)
+    )
+    branch_multiplier_base_depth: int = 1  # L_base
 
     def __post_init__(self):
         _check_choice("arch", self.arch, ARCHS)
@@ -126,6 +150,7 @@ class ModelConfig:
                 _check_number(
                     name, value, 0.0, lo_open=True, expected="must be a finite positive number (or None: paper)"
                 )
+        self._check_recipe_options()
         if self.layerscale_init is not None:
             _check_number("layerscale_init", self.layerscale_init, 0.0, expected="must be finite and >= 0 (or None)")
         for name in ("tie_embeddings", "scan_layers", "remat", "theory", "rezero_per_sublayer"):
@@ -167,6 +192,44 @@ class ModelConfig:
                 _fail("placement", name, f"per-layer entries must be one of {LAYER_PLACEMENTS}")
         object.__setattr__(self, "placement", tuple(self.placement))
 
+    def _check_recipe_options(self):
+        """The 2024-26 recipe knobs: gains, QK-norm scope, per-site alpha_0, soft-caps, clipping, z-loss, multiplier."""
+        _check_choice("norm_gain", self.norm_gain, NORM_GAINS)
+        if self.norm_gain != "one" and self.norm in ("scalenorm", "none"):
+            _fail("norm_gain", self.norm_gain, f"norm {self.norm!r} has no per-channel gamma; use 'one'")
+        _check_choice("qk_norm_scope", self.qk_norm_scope, QK_NORM_SCOPES)
+        if self.qk_norm_scope == "full":
+            if not self.qk_norm:
+                _fail("qk_norm_scope", "full", "sets where qk_norm normalises; set qk_norm=True")
+            layers = {p for stack in self.stacks for p in self.layer_placements(stack)}
+            per_head = sorted(
+                p for p in layers if any({"q", "k"} & set(w.qkv_norm) for w in registry.get(p).wirings.values())
+            )
+            if per_head:
+                _fail(
+                    "qk_norm_scope",
+                    "full",
+                    f"placement {per_head[0]!r} already normalises q and k per head; use 'head'",
+                )
+        for site in DYT_SITES:
+            name = f"dyt_alpha_{site}"
+            value = getattr(self, name)
+            if value is None:
+                continue
+            _check_number(name, value, 0.0, lo_open=True, expected="must be a finite positive number (or None)")
+            if self.norm not in ("dyt", "derf"):
+                _fail(name, value, f"is DyT's / Derf's alpha_0; norm {self.norm!r} has none (use norm='dyt' or 'derf')")
+        for name in ("attn_logit_softcap", "final_logit_softcap", "qkv_clip", "branch_multiplier_alpha"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_number(
+                    name, value, 0.0, lo_open=True, expected="must be a finite positive number (or None: off)"
+                )
+        _check_number("z_loss", self.z_loss, 0.0, expected="must be a finite number >= 0 (0: off)")
+        _check_positive_int("branch_multiplier_base_depth", self.branch_multiplier_base_depth)
+        if self.branch_multiplier_alpha is None and self.branch_multiplier_base_depth != 1:
+            _fail("branch_multiplier_base_depth", self.branch_multiplier_base_depth, "needs branch_multiplier_alpha")
+
     def _check_ngpt(self):
         """nGPT is a whole model on the hypersphere: refuse settings its published form does not define."""
         if isinstance(self.placement, tuple) and "ngpt" in self.placement:
@@ -185,13 +248,16 @@ class ModelConfig:
                 _fail(name, bad, "ngpt has no norm modules and its own init; leave it off")
         if self.branch_scaling != "none":
             _fail("branch_scaling", self.branch_scaling, "ngpt renormalises every weight matrix; use 'none'")
+        if self.branch_multiplier_alpha is not None:
+            _fail("branch_multiplier_alpha", self.branch_multiplier_alpha, "ngpt's update is no residual sum; use None")
         # knobs ngpt never reads: refused rather than silently ignored
         if self.norm not in ("layernorm", "none"):
             _fail("norm", self.norm, "ngpt has no norm modules (unit vectors, no eps); leave the default or 'none'")
         if self.activation != "relu":
             _fail("activation", self.activation, "ngpt's MLP is SwiGLU (u * SiLU(v)); leave the default")
-        if not self.norm_bias:
-            _fail("norm_bias", False, "ngpt has no norm modules; leave the default")
+        if not self.norm_bias or self.norm_gain != "one":
+            name, value = ("norm_bias", False) if not self.norm_bias else ("norm_gain", self.norm_gain)
+            _fail(name, value, "ngpt has no norm modules; leave the default")
 
     @property
     def decoder_layers(self) -> int:
@@ -242,6 +308,17 @@ class ModelConfig:
         if self.norm == "none":
             return False
         return self.embedding_norm or any(registry.get(p).embedding_norm for p in self.layer_placements(stack))
+
+    def norm_alpha(self, site: str | None = None) -> float:
+        """DyT's / Derf's alpha_0 at `site` ("attn", "ffn", "final"; None: any other norm): its own or dyt_alpha."""
+        value = None if site is None else getattr(self, f"dyt_alpha_{site}")
+        return self.dyt_alpha if value is None else value
+
+    def branch_multiplier(self, stack: str) -> float:
+        """The forward multiplier (L / L_base)^-alpha on every branch output of `stack` (1 when off)."""
+        if self.branch_multiplier_alpha is None:
+            return 1.0
+        return (self.stack_depth(stack) / self.branch_multiplier_base_depth) ** -self.branch_multiplier_alpha
 
     def replace(self, **changes) -> ModelConfig:
         """A copy with some fields changed (validated again)."""

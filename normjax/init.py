@@ -1,4 +1,4 @@
-"""Init rules: the base init and each placement's constants (DeepNorm, Admin, T-Fixup, Sub-LN, LayerScale, GPT-2)."""
+"""Init rules: the base init and each placement's constants (DeepNorm, Admin, T-Fixup, Sub-LN, B2T, GPT-2, ...)."""
 
 from __future__ import annotations
 
@@ -160,6 +160,23 @@ def tfixup_rule(cfg: ModelConfig, stack: str) -> InitRule:
 def subln_rule(cfg: ModelConfig, stack: str) -> InitRule:
     """Sub-LN: torchscale's gain on W^V, W^O and FFN weights; cross attention keeps the base init."""
     return InitRule(gains=_branch_gains(subln_gain(cfg.arch, stack, *depths(cfg)), cross=False))
+
+
+def b2t_scale(depth: int) -> float:
+    """B2T's factor L^(-1/2) on every weight of a block, L the depth of its stack (Takase et al. 2022).
+
+    takase/b2t_connection `fairseq/modules/transformer_layer.py` lines 401-405 (`rescaling_init`: every parameter
+    whose name has "weight" and no "layer_norm" times layer_num ** -0.5), called with encoder_layers for encoder
+    layers (line 57) and decoder_layers for decoder layers (line 217).
+    """
+    return depth**-0.5
+
+
+def b2t_rule(cfg: ModelConfig, stack: str) -> InitRule:
+    """B2T: W^Q, W^K, W^V, W^O (self and cross attention) and both FFN weights times L^(-1/2)."""
+    factor = b2t_scale(cfg.stack_depth(stack))
+    gains = {f"{s}.{w}": factor for s in ("attn", "cross") for w in ATTENTION_WEIGHTS}
+    return InitRule(gains=gains | {f"ffn.{w}": factor for w in FFN_WEIGHTS})
 
 
 def layerscale_rule(cfg: ModelConfig, stack: str) -> InitRule:

@@ -33,6 +33,11 @@ def unit(x, axis=-1):
     return x / jnp.linalg.norm(x, axis=axis, keepdims=True)
 
 
+def softcap(x, cap: float):
+    """cap * tanh(x / cap): |output| < cap, slope 1 at 0 (Gemma 2's soft-capping)."""
+    return cap * jnp.tanh(x / cap)
+
+
 def attention_bias(key_mask_BS, num_queries: int, num_keys: int, *, causal: bool, dtype):
     """Additive mask (B or 1, 1, T, S): 0 where a query may attend, the dtype's minimum elsewhere.
 
@@ -57,6 +62,12 @@ class Attention(nnx.Module):
     scalar initialised to 1 before the output projection (NormFormer). `record(site, z)` sees every per-head
     norm input (shape (B, T, H, d_model / H)).
 
+    `qk_full_norm` names the roles ("q", "k") normalised over the full width d_model before the head split (OLMo 2,
+    allenai/OLMo-core `src/olmo_core/nn/attention/__init__.py` lines 589-598; recorded as (B, T, D) sites);
+    `clip` c clamps q, k and v to [-c, c] right after their projections, before any norm (OLMo-core lines 584-587);
+    `logit_softcap` c maps the scaled logits to c tanh(logits / c) before the mask (Gemma 2, google/gemma_pytorch
+    `gemma/model.py` lines 324-327).
+
     `ngpt_scale` (nGPT, its base scale 1/sqrt(d_model)) makes it nGPT's attention, NVIDIA/ngpt `model.py` lines
     94-96 and 128-135: no biases, q and k unit per head times the learned s_qk (stored as base_scale, used as
     s_qk / base_scale), softmax scale sqrt(d_k) instead of 1/sqrt(d_k).
@@ -74,11 +85,16 @@ class Attention(nnx.Module):
         inner_norm=False,
         head_scale=False,
         ngpt_scale=None,
+        qk_full_norm=(),
+        clip=None,
+        logit_softcap=None,
         dtype=jnp.float32,
         param_dtype=jnp.float32,
         rngs,
     ):
         self.num_heads = num_heads
+        self.clip, self.logit_softcap = clip, logit_softcap
+        self.qk_full_norm = nnx.Dict({n: make_norm(d_model) for n in qk_full_norm}) if qk_full_norm else None
         lin = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, use_bias=ngpt_scale is None)
         self.query = _linear(d_model, d_model, init_fn(gains["query"]), **lin)
         self.key = _linear(d_model, d_model, init_fn(gains["key"]), **lin)
@@ -93,11 +109,13 @@ class Attention(nnx.Module):
     def __call__(self, x_BTD, memory_BSD, bias_B1TS, *, record, dropout_rate=0.0, key=None):
         B, T, D = x_BTD.shape
         H = self.num_heads
-        heads = {
-            "q": self.query(x_BTD).reshape(B, T, H, D // H),
-            "k": self.key(memory_BSD).reshape(B, -1, H, D // H),
-            "v": self.value(memory_BSD).reshape(B, -1, H, D // H),
-        }
+        full = {"q": self.query(x_BTD), "k": self.key(memory_BSD), "v": self.value(memory_BSD)}
+        if self.clip is not None:
+            full = {r: jnp.clip(z, -self.clip, self.clip) for r, z in full.items()}
+        if self.qk_full_norm is not None:
+            for role, norm in self.qk_full_norm.items():
+                full[role] = norm(record(role, full[role]))
+        heads = {r: z.reshape(B, -1, H, D // H) for r, z in full.items()}
         if self.qkv_norm is not None:
             for role, norm in self.qkv_norm.items():
                 heads[role] = norm(record(role, heads[role]))
@@ -109,6 +127,8 @@ class Attention(nnx.Module):
         logits = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK)
         sqrt_dk = jnp.sqrt(D // H).astype(dt)
         logits = logits * sqrt_dk if self.sqk is not None else logits / sqrt_dk  # nGPT: softmax scale sqrt(d_k)
+        if self.logit_softcap is not None:
+            logits = softcap(logits, self.logit_softcap)
         if bias_B1TS is not None:
             logits = logits + bias_B1TS
         softmax_dtype = jnp.promote_types(dt, jnp.float32)  # never softmax in 16 bits

@@ -12,7 +12,7 @@ from flax import nnx
 from normjax import init, registry
 from normjax.blocks import Block, BlockContext, norm_factory
 from normjax.config import ModelConfig
-from normjax.layers import attention_bias, dropout
+from normjax.layers import attention_bias, dropout, softcap
 from normjax.placements import DualStream
 
 
@@ -102,14 +102,14 @@ class Embedder(nnx.Module):
 def _make_layers(cfg: ModelConfig, stack: str, rngs: nnx.Rngs):
     placements = cfg.layer_placements(stack)
     if not cfg.scan_layers:
-        return nnx.List([Block(cfg, stack, p, rngs=rngs) for p in placements])
+        return nnx.List([Block(cfg, stack, p, rngs=rngs, layer=l) for l, p in enumerate(placements)])
 
     @nnx.split_rngs(splits=len(placements))
-    @nnx.vmap(in_axes=(0,), out_axes=0)
-    def make(rngs):
-        return Block(cfg, stack, placements[0], rngs=rngs)
+    @nnx.vmap(in_axes=(0, 0), out_axes=0)
+    def make(rngs, layer):
+        return Block(cfg, stack, placements[0], rngs=rngs, layer=layer)
 
-    return make(rngs)
+    return make(rngs, jnp.arange(len(placements)))
 
 
 class Stack(nnx.Module):
@@ -121,7 +121,7 @@ class Stack(nnx.Module):
         self.causal = stack == "decoder"
         self.dual = cfg.has_dual_stream(stack)  # ResiDual: blocks map DualStream(x, d)
         self.layers = _make_layers(cfg, stack, rngs)
-        self.final_norm = norm_factory(cfg)(cfg.d_model) if cfg.has_final_norm(stack) else None
+        self.final_norm = norm_factory(cfg, "final")(cfg.d_model) if cfg.has_final_norm(stack) else None
 
     def block(self, l: int) -> Block:
         """Block l as a module (a copy of the l-th slice when the layers are scanned)."""
@@ -260,7 +260,9 @@ class Transformer(nnx.Module):
             out = self.head(x_BTD)
         else:
             out = x_BTD @ self.embedders[self.cfg.stacks[-1]].table.embedding[...].T.astype(x_BTD.dtype)
-        return out if self.sz is None else out * (self.sz[...] * self.sz_factor).astype(out.dtype)
+        out = out if self.sz is None else out * (self.sz[...] * self.sz_factor).astype(out.dtype)
+        cap = self.cfg.final_logit_softcap  # Gemma 2, google/gemma_pytorch gemma/model.py lines 53-56
+        return out if cap is None else softcap(out, cap)
 
     # -- forward ------------------------------------------------------------------------------------
     def forward(

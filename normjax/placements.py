@@ -2,7 +2,8 @@
 
 Every wiring function has the signature `wire(s, x, F, rec, gate)`: `s` is the Sublayer (its norms `s.norm`,
 `s.norm2` and constants), `x` the residual stream, `F` the branch, `rec(role, z)` records a norm input and
-returns it, `gate` the learnable scalar or per-channel multiplier where the placement has one.
+returns it, `gate` the learnable scalar or per-channel multiplier where the placement has one. A wiring with
+`Wiring.block_skip` (B2T) also takes `x_in`, the block's input.
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ def sandwich(s, x, F, rec, gate):  # Sandwich-LN / Peri-LN: x = x + N2(F(N1(x)))
 
 def branch_post(s, x, F, rec, gate):  # praxis "post": x = x + N(F(x)); not Post-LN
     return x + s.norm(rec("branch", F(x)))
+
+
+def lns(s, x, F, rec, gate):  # LayerNorm Scaling (Sun et al. 2025): x = x + F(N(x) / sqrt(l)), l = 1, 2, ...
+    return x + F(s.norm(rec("pre", x)) * s.lns_scale[...].astype(x.dtype))
+
+
+def keel(s, x, F, rec, gate):  # x-transformers pre_and_post_norm (KEEL): x = N2(x + F(N1(x)))
+    return s.norm2(rec("post", x + F(s.norm(rec("pre", x)))))
+
+
+def b2t(s, x, F, rec, gate, x_in):  # Takase et al. 2022, the block's last sublayer: x = N(x + F(x) + x_in)
+    return s.norm(rec("post", x + F(x) + x_in))
 
 
 def deepnorm(s, x, F, rec, gate):  # Wang 2022: x = N(alpha * x + F(x))
@@ -111,6 +124,8 @@ class Wiring:
       omega: a learned per-channel weight on the residual (Admin's omega).
       hypersphere: nGPT: the gate is the per-channel eigen learning rate, the branches are nGPT's attention
         and MLP (`layers.NGPTMLP`), the block has no norm module and no biases.
+      depth_scaled: LNS: the sublayer holds 1/sqrt(l) (`s.lns_scale`, l = block index + 1), a fixed variable.
+      block_skip: B2T: the wiring also reads the block's input (`fn(s, x, F, rec, gate, x_in)`).
     """
 
     fn: Callable
@@ -121,3 +136,5 @@ class Wiring:
     head_scale: bool = False
     omega: bool = False
     hypersphere: bool = False
+    depth_scaled: bool = False
+    block_skip: bool = False

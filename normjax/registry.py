@@ -138,8 +138,10 @@ _ENTRIES = (
         _same(Wiring(placements.branch_post)),
         final_norm=True,
         formula="x = x + N(F(x))",
-        reference="praxis",
-        notes='praxis\' "post"; not Post-LN',
+        reference="Team OLMo 2024 (OLMo 2, arXiv 2501.00656); praxis",
+        notes='OLMo 2\'s "reordered norm" (OLMo-core `reordered_norm`) and praxis\' "post"; not Post-LN; final norm',
+        source="allenai/OLMo-core src/olmo_core/nn/transformer/block.py lines 293-309 (ReorderedNormTransformerBlock: "
+        "`x + attention_norm(attention(x))`); config.py line 714 (olmo2_7B uses it)",
     ),
     Placement(
         "deepnorm",
@@ -337,6 +339,55 @@ _ENTRIES = (
         # them); it is measured in the real setting and the decoder / encoder-only models
         studies=("hidden_norms", "jacobian_spectrum", "grad_norms_at_init", "deep_training"),
         post_update=init.hypersphere_normalize,
+    ),
+)
+_INIT_TIME = ("hidden_norms", "jacobian_spectrum", "grad_norms_at_init")
+_ENTRIES += (
+    Placement(
+        "lns",
+        "LayerNorm Scaling",
+        "#3182bd",
+        _same(Wiring(placements.lns, depth_scaled=True)),
+        final_norm=True,
+        formula="x = x + F(N(x) / sqrt(l)), l = 1..L the block's position",
+        reference="Sun et al. 2025 (arXiv 2502.05795)",
+        notes="Pre-LN with every block norm's output times 1/sqrt(l): 1 in the first block, 1/sqrt(L) in the last; "
+        "final norm unscaled",
+        source="allenai/OLMo-core src/olmo_core/nn/transformer/block.py lines 232-290 "
+        "(LayerNormScaledTransformerBlock, `ln_scale_value = 1.0 / math.sqrt(block_idx + 1)` line 273), "
+        "block type `default_scaled` (config.py line 110)",
+        studies=_INIT_TIME,
+    ),
+    Placement(
+        "keel",
+        "KEEL (pre+post)",
+        "#fdae6b",
+        _same(Wiring(placements.keel, norms=2)),
+        final_norm=False,
+        formula="x = N2(x + F(N1(x)))",
+        reference="KEEL; x-transformers `pre_and_post_norm`",
+        notes="Post-LN with a norm on the branch input too; no final norm",
+        source="lucidrains/x-transformers (commit 9252ed7) x_transformers/x_transformers.py lines 2820-2826 "
+        "(pre_and_post_norm: pre_norm on, no final norm), 3137 (post_main_norm), 3495-3547 (forward)",
+        studies=_INIT_TIME,
+    ),
+    Placement(
+        "b2t",
+        "B2T",
+        "#a55194",
+        {
+            "attn": Wiring(placements.post),
+            "cross": Wiring(placements.post),
+            "ffn": Wiring(placements.b2t, block_skip=True),
+        },
+        final_norm=False,
+        formula="Post-LN, the last sublayer x = N(x + F(x) + x_in), x_in the block's input",
+        reference="Takase et al. 2022 (arXiv 2206.00330)",
+        notes="every block weight times L^(-1/2); no final norm",
+        init=init.b2t_rule,
+        source="takase/b2t_connection (commit c8e2ad4) fairseq/modules/transformer_layer.py lines 103-145 (encoder "
+        "layer: `residual_bottom`), 277-375 (decoder layer, cross attention included), 401-405 (rescaling_init)",
+        studies=_INIT_TIME,
     ),
 )
 REGISTRY: dict[str, Placement] = {p.name: p for p in _ENTRIES}

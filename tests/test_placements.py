@@ -56,15 +56,17 @@ def test_pre_and_post_blocks_match_numpy_reference(placement, x64):
     np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
 
 
-def _expected_sublayer(block, sub, x, records, name):
-    """The placement's formula applied to the branch output that the block recorded."""
+def _expected_sublayer(block, sub, x, records, name, x_in):
+    """The placement's formula applied to the branch output that the block recorded (x_in: the block's input)."""
     out = records[f"{sub.name}.out"]
     placement = block.placement
+    if placement == "b2t":  # Post-LN, the FFN also adds the block's input
+        placement = "b2t_ffn" if sub.name == "ffn" else "post"
     if placement == "hybrid":  # HybridNorm's code: attention x + F(x); FFN u = N(x), u + F(u)
         placement = "normed" if sub.name == "ffn" else "tfixup"
     if placement == "normformer":
         placement = "sandwich" if sub.name == "attn" else "pre"
-    placement = {"peri_ln": "sandwich", "hybrid_first": "pre", "subln": "pre"}.get(placement, placement)
+    placement = {"peri_ln": "sandwich", "hybrid_first": "pre", "subln": "pre", "lns": "pre"}.get(placement, placement)
     gate = block.gate[...] if block.gate is not None else (sub.gate[...] if sub.gate is not None else 0)
     return {
         "post": lambda: sub.norm(x + out),
@@ -77,6 +79,8 @@ def _expected_sublayer(block, sub, x, records, name):
         "skipinit": lambda: x + gate * out,
         "layerscale": lambda: x + gate * out,
         "tfixup": lambda: x + out,
+        "keel": lambda: sub.norm2(x + out),
+        "b2t_ffn": lambda: sub.norm(x + out + x_in),
         "normed": lambda: sub.norm(x) + out,
         "resi_dual": lambda: normjax.DualStream(sub.norm(x.x + out), x.d + out),
         "ngpt": lambda: _unit(_unit(x) + jnp.abs(gate * sub.eigen_factor) * (_unit(out) - _unit(x))),
@@ -113,14 +117,27 @@ def test_each_sublayer_follows_its_placement_formula(placement, arch):
     x = jax.random.normal(jax.random.key(1), inputs[-1].shape + (16,))
     if model.cfg.has_dual_stream(stack):  # ResiDual: the pair (x, d), d != x after the first block
         x = normjax.DualStream(x, 2.0 * x)
+    x_in = x
     for sub in block.sublayers():
         records = {}
-        y = block.apply_sublayer(sub, x, ctx, records)
-        expected = _expected_sublayer(block, sub, x, records, sub.name)
+        y = block.apply_sublayer(sub, x, ctx, records, block_input=x_in)
+        expected = _expected_sublayer(block, sub, x, records, sub.name, x_in)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), y, expected)
-        if placement in ("pre", "sandwich", "peri_ln", "layerscale", "subln", "normformer", "hybrid_first"):
+        if placement in (
+            "pre",
+            "sandwich",
+            "peri_ln",
+            "layerscale",
+            "subln",
+            "normformer",
+            "hybrid_first",
+            "lns",
+            "keel",
+        ):
             np.testing.assert_array_equal(records[f"{sub.name}.pre"], x)
-        if placement in ("post", "deepnorm", "admin"):
+        if placement == "lns":  # the norm's output times 1/sqrt(l), l = 2 for block 1
+            assert float(sub.lns_scale[...]) == pytest.approx(2**-0.5)
+        if placement in ("post", "deepnorm", "admin", "keel", "b2t"):
             assert f"{sub.name}.post" in records
         if placement in ("hybrid", "hybrid_first") and sub.name != "ffn":
             assert {f"{sub.name}.q", f"{sub.name}.k", f"{sub.name}.v"} <= set(records)

@@ -96,15 +96,20 @@ def forward(model, task: str, batch: dict, dropout_rng=None):
     return logits_BTV, batch["targets"], batch["mask"]
 
 
-def token_losses(logits_BTV, targets_BT, mask_BT, label_smoothing):
-    """Masked sums: smoothed cross entropy, nll, correct predictions, token count.
+def token_losses(logits_BTV, targets_BT, mask_BT, label_smoothing, z_loss=0.0):
+    """Masked sums: smoothed cross entropy (plus the z-loss), nll, correct predictions, token count.
 
-    Label smoothing mixes the one-hot target with the uniform one: q = (1 - eps) onehot + eps / V.
+    Label smoothing mixes the one-hot target with the uniform one: q = (1 - eps) onehot + eps / V. `z_loss` adds
+    z_loss * log(Z)^2 per token to "loss" (never to "nll"), Z = sum exp(logits) (PaLM; OLMo-core
+    `src/olmo_core/nn/functional/cross_entropy_loss.py` lines 41-48).
     """
     # at least float32 (bf16 logits are upcast; float64 stays float64)
-    logp_BTV = jax.nn.log_softmax(logits_BTV.astype(jnp.promote_types(logits_BTV.dtype, jnp.float32)))
+    logits_BTV = logits_BTV.astype(jnp.promote_types(logits_BTV.dtype, jnp.float32))
+    logp_BTV = jax.nn.log_softmax(logits_BTV)
     nll_BT = -jnp.take_along_axis(logp_BTV, targets_BT[..., None], axis=-1)[..., 0]
     smooth_BT = (1.0 - label_smoothing) * nll_BT - label_smoothing * logp_BTV.mean(-1)
+    if z_loss:
+        smooth_BT = smooth_BT + z_loss * jax.nn.logsumexp(logits_BTV, axis=-1) ** 2
     w_BT = mask_BT.astype(jnp.float32)
     correct_BT = (jnp.argmax(logp_BTV, -1) == targets_BT).astype(jnp.float32)
     return {
@@ -132,7 +137,7 @@ def train_step(spec: StepSpec, state: TrainState, batch: dict) -> tuple[TrainSta
 
     def loss_fn(params):
         model = nnx.merge(spec.graphdef, params, state.consts)
-        sums = token_losses(*forward(model, spec.task, batch, rng), hp["label_smoothing"])
+        sums = token_losses(*forward(model, spec.task, batch, rng), hp["label_smoothing"], model.cfg.z_loss)
         return sums["loss"] / jnp.maximum(sums["tokens"], 1.0), sums
 
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
