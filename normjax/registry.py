@@ -387,7 +387,8 @@ _ENTRIES += (
         init=init.b2t_rule,
         source="takase/b2t_connection (commit c8e2ad4) fairseq/modules/transformer_layer.py lines 103-145 (encoder "
         "layer: `residual_bottom`), 277-375 (decoder layer, cross attention included), 401-405 (rescaling_init)",
-        studies=_INIT_TIME,
+        # not jacobian_spectrum: its per-sublayer maps (sublayer_fn) take one stream, B2T's FFN also reads x_in
+        studies=("hidden_norms", "grad_norms_at_init"),
     ),
 )
 REGISTRY: dict[str, Placement] = {p.name: p for p in _ENTRIES}
