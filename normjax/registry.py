@@ -29,7 +29,6 @@ class Placement:
         None for a placement that names one wiring per layer.
       formula, notes, reference: the docs table row.
       source: the authors' code it was checked against (file and lines), where there is one.
-      studies: the studies whose `:paper` preset includes it.
       dual_stream: the block maps ResiDual's pair of streams (`placements.DualStream`) instead of one stream;
         the stack starts from (x_0, x_0) and outputs x_L + N(d_L) (the final norm acts on d_L). A stack's
         blocks are either all dual-stream or none.
@@ -50,7 +49,6 @@ class Placement:
     shared_gate: bool = False
     layers: Callable | None = None
     source: str = ""
-    studies: tuple[str, ...] = ()
     dual_stream: bool = False
     post_update: Callable | None = None
 
@@ -77,7 +75,6 @@ def _hybrid_star_layers(cfg, depth):
     return ("hybrid_first",) + ("hybrid",) * (depth - 1)
 
 
-ALL_STUDIES = ("hidden_norms", "jacobian_spectrum", "grad_norms_at_init", "deep_training")
 _HYBRID_CODE = (
     "BryceZhuo/HybridNorm dense_model/olmo/model.py: per-head q/k/v norms of size d_model // n_heads (lines 449-466, "
     "applied per head at 668-673), FFN `og_x = N(x); x = og_x + FFN(og_x)` with ffn_residual_after_norm (870-891), "
@@ -95,7 +92,6 @@ _ENTRIES = (
         formula="x = N(x + F(x))",
         reference="Vaswani et al. 2017",
         notes="original Transformer",
-        studies=ALL_STUDIES,
     ),
     Placement(
         "pre",
@@ -106,7 +102,6 @@ _ENTRIES = (
         formula="x = x + F(N(x))",
         reference="Xiong et al. 2020",
         notes="final norm before the head",
-        studies=ALL_STUDIES,
     ),
     Placement(
         "sandwich",
@@ -117,7 +112,6 @@ _ENTRIES = (
         formula="x = x + N2(F(N1(x)))",
         reference="Ding et al. 2021",
         notes="Sandwich-LN; final norm; no embedding norm (that is `peri_ln`)",
-        studies=("hidden_norms", "jacobian_spectrum", "grad_norms_at_init"),
     ),
     Placement(
         "peri_ln",
@@ -129,7 +123,6 @@ _ENTRIES = (
         reference="Kim et al. 2025",
         notes="`sandwich` plus a norm after the embeddings, and a final norm",
         embedding_norm=True,
-        studies=("hidden_norms", "jacobian_spectrum", "grad_norms_at_init"),
     ),
     Placement(
         "branch_post",
@@ -153,7 +146,6 @@ _ENTRIES = (
         reference="Wang et al. 2022",
         notes="beta-scaled Xavier init of FFN, W^V, W^O; alpha, beta per topology",
         init=init.deepnorm_rule,
-        studies=ALL_STUDIES,
     ),
     Placement(
         "admin",
@@ -165,7 +157,6 @@ _ENTRIES = (
         reference="Liu et al. 2020",
         notes="omega closed form sqrt((N+1)/ln(N+1) - 1) or profiled (`normjax.profile_admin`)",
         init=init.admin_rule,
-        studies=ALL_STUDIES,
     ),
     Placement(
         "rezero",
@@ -177,7 +168,6 @@ _ENTRIES = (
         reference="Bachlechner et al. 2020",
         notes="alpha = 0, one per layer (or per sublayer); no norm",
         shared_gate=True,
-        studies=ALL_STUDIES,
     ),
     Placement(
         "skipinit",
@@ -213,7 +203,6 @@ _ENTRIES = (
         init=init.tfixup_rule,
         source="layer6ai-labs/T-Fixup fairseq/models/transformer.py lines 378-381, 604-607 (embeddings); "
         "fairseq/modules/transformer_layer.py lines 31-44, 157-170 (layers)",
-        studies=("deep_training",),
     ),
     Placement(
         "mixln",
@@ -225,7 +214,6 @@ _ENTRIES = (
         reference="Li et al. 2024",
         notes="per-layer placement",
         layers=_mixln_layers,
-        studies=("grad_norms_at_init",),
     ),
     Placement(
         "hybrid",
@@ -241,7 +229,6 @@ _ENTRIES = (
         reference="Zhuo et al. 2025",
         notes="final norm",
         source=_HYBRID_CODE,
-        studies=ALL_STUDIES,
     ),
     Placement(
         "hybrid_first",
@@ -269,7 +256,6 @@ _ENTRIES = (
         reference="Zhuo et al. 2025",
         notes="per-layer placement; final norm",
         layers=_hybrid_star_layers,
-        studies=("hidden_norms", "grad_norms_at_init"),
     ),
     Placement(
         "subln",
@@ -287,7 +273,6 @@ _ENTRIES = (
         init=init.subln_rule,
         source="microsoft/torchscale torchscale/component/multihead_attention.py lines 49-53, 166-167; "
         "feedforward_network.py lines 123, 137-138; architecture/encoder.py lines 254-270, decoder.py 300-314",
-        studies=ALL_STUDIES,
     ),
     Placement(
         "normformer",
@@ -304,7 +289,6 @@ _ENTRIES = (
         notes="head scales init 1; cross attention Pre-LN; final norm",
         source="facebookresearch/fairseq fairseq/modules/transformer_layer.py (commit 00b6434), "
         "TransformerDecoderLayerBase: attn_ln, c_attn, ffn_layernorm",
-        studies=ALL_STUDIES,
     ),
     Placement(
         "resi_dual",
@@ -317,7 +301,6 @@ _ENTRIES = (
         notes="two streams (`normjax.DualStream`); base init; the output norm is the final norm",
         source="microsoft/ResiDual resi_dual/resi_dual_layers.py lines 25-51 (encoder layer), 116-177 (decoder "
         "layer); resi_dual/resi_dual.py lines 107-131 (encoder: d_0 = x_0, output x + LN(d)), 252-283 (decoder)",
-        studies=("hidden_norms", "grad_norms_at_init", "deep_training"),
         dual_stream=True,
     ),
     Placement(
@@ -335,13 +318,9 @@ _ENTRIES = (
         source="NVIDIA/ngpt (commit ed19eb2) model.py lines 86-100 (alpha, s_qk, s_uv), 128-135 (q/k, softmax "
         "scale), 144-153 and 168-177 (updates), 158-164 (MLP), 239-241 and 284-285 (s_z); train.py lines 128 "
         "(base_scale), 394-411 (normalize_matrices)",
-        # hidden_norms' theory setting and grad_norms_at_init's encoder-decoder leave it out (its config refuses
-        # them); it is measured in the real setting and the decoder / encoder-only models
-        studies=("hidden_norms", "jacobian_spectrum", "grad_norms_at_init", "deep_training"),
         post_update=init.hypersphere_normalize,
     ),
 )
-_INIT_TIME = ("hidden_norms", "jacobian_spectrum", "grad_norms_at_init")
 _ENTRIES += (
     Placement(
         "lns",
@@ -356,7 +335,6 @@ _ENTRIES += (
         source="allenai/OLMo-core src/olmo_core/nn/transformer/block.py lines 232-290 "
         "(LayerNormScaledTransformerBlock, `ln_scale_value = 1.0 / math.sqrt(block_idx + 1)` line 273), "
         "block type `default_scaled` (config.py line 110)",
-        studies=_INIT_TIME,
     ),
     Placement(
         "keel",
@@ -369,7 +347,6 @@ _ENTRIES += (
         notes="Post-LN with a norm on the branch input too; no final norm",
         source="lucidrains/x-transformers (commit 9252ed7) x_transformers/x_transformers.py lines 2820-2826 "
         "(pre_and_post_norm: pre_norm on, no final norm), 3137 (post_main_norm), 3495-3547 (forward)",
-        studies=_INIT_TIME,
     ),
     Placement(
         "b2t",
@@ -388,7 +365,6 @@ _ENTRIES += (
         source="takase/b2t_connection (commit c8e2ad4) fairseq/modules/transformer_layer.py lines 103-145 (encoder "
         "layer: `residual_bottom`), 277-375 (decoder layer, cross attention included), 401-405 (rescaling_init)",
         # not jacobian_spectrum: its per-sublayer maps (sublayer_fn) take one stream, B2T's FFN also reads x_in
-        studies=("hidden_norms", "grad_norms_at_init"),
     ),
 )
 REGISTRY: dict[str, Placement] = {p.name: p for p in _ENTRIES}
@@ -402,11 +378,6 @@ def get(name: str) -> Placement:
     if name not in REGISTRY:
         raise ValueError(f"unknown placement {name!r}: valid choices are {', '.join(map(repr, PLACEMENTS))}")
     return REGISTRY[name]
-
-
-def study_placements(study: str) -> tuple[str, ...]:
-    """The placements whose entry lists `study`, in registry order (the studies' `:paper` lists)."""
-    return tuple(p.name for p in _ENTRIES if study in p.studies)
 
 
 def markdown_table() -> str:

@@ -40,15 +40,6 @@ RECIPES = {
     "speedrun": "pre:rmsnorm+no_gain+qk_norm+embedding_norm+final_softcap",
 }
 SYNTAX = "'<placement>[:<norm>][+<option>...]'"
-# The option variants each study's `:paper` preset adds to its registry placements (`study_specs`). no_bias is
-# only in deep_training: beta = 0 at init, so at init a model without beta is the same model as with it.
-_INIT_VARIANTS = ("pre+qk_norm", "pre:scalenorm", "pre+embedding_norm")
-PAPER_VARIANTS = {
-    "hidden_norms": _INIT_VARIANTS,
-    "jacobian_spectrum": _INIT_VARIANTS,
-    "grad_norms_at_init": _INIT_VARIANTS,
-    "deep_training": ("pre:scalenorm", "pre+qk_norm", "post+no_bias", "pre+embedding_norm"),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +145,3 @@ def parse(text: str) -> ModelSpec:
     if (reason := _why_not(placement, norm, tuple(options))) is not None:
         fail(reason)
     return ModelSpec(text, placement, norm, tuple(options))
-
-
-def study_specs(study: str) -> tuple[str, ...]:
-    """A study's `:paper` list: the registry placements that list it, then its PAPER_VARIANTS."""
-    return registry.study_placements(study) + PAPER_VARIANTS.get(study, ())

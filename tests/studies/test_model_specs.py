@@ -2,7 +2,8 @@
 
 import pytest
 
-from normjax import registry, specs
+from normjax import specs, studies
+from normjax.studies import schema
 from normjax.studies.deep_training import config as deep_training
 from normjax.studies.grad_norms_at_init import config as grad_norms_at_init
 from normjax.studies.hidden_norms import config as hidden_norms
@@ -60,8 +61,8 @@ def test_paper_presets_take_the_registry_placements_and_the_option_variants():
         (deep_training, "runs", "deep_training"),
     ):
         paper = module.get_config("paper")[key]
-        assert paper == specs.study_specs(study)
-        assert set(registry.study_placements(study)) <= set(paper)
+        assert paper == module.PAPER_SPECS, study
+        schema.validate(studies.get(study), module.get_config("paper"))  # every entry measurable by the study
         assert {"pre+qk_norm", "pre:scalenorm", "pre+embedding_norm"} <= set(paper)
         for text in paper:
             specs.parse(text)

@@ -1,6 +1,6 @@
 """amplification presets: quick (CPU, about a minute), standard (the committed report), paper (accelerators).
 
-python -m experiments.amplification --config=experiments/configs/amplification.py:quick --workdir=results
+python -m normjax.studies.amplification --config=:quick --workdir=results
 """
 
 import ml_collections

@@ -1,6 +1,6 @@
 """cost presets: quick (CPU, about a minute), standard (CPU, the committed report), paper.
 
-python -m experiments.cost --config=experiments/configs/cost.py:quick --workdir=results
+python -m normjax.studies.cost --config=:quick --workdir=results
 """
 
 import ml_collections

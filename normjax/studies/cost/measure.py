@@ -13,7 +13,6 @@ from tqdm import tqdm
 import normjax
 from normjax import host_memory, plotting
 from normjax import train as nt
-from normjax.report.rules import mean_ci
 from normjax.studies.seeds import seeds
 
 MEMORY_FIELDS = ("argument", "output", "alias", "temp")
@@ -189,6 +188,8 @@ def compute(config, study) -> dict:
 
 
 def plot(results: dict, study) -> list[str]:
+    from normjax.report.rules import mean_ci  # the report's intervals, drawn; measurement never reads the report
+
     runs, ref, names = results["runs"], results["reference"], results["order"]
     x = np.arange(len(names))
     colors = [plotting.color(p) for p in names]

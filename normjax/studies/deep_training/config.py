@@ -1,18 +1,37 @@
 """deep_training presets (every preset trains each run at num_seeds >= 3 seeds).
 
-python -m experiments.deep_training --config=experiments/configs/deep_training.py:quick --workdir=results
+python -m normjax.studies.deep_training --config=:quick --workdir=results
 """
 
 import ml_collections
 
 import normjax
-from normjax.specs import study_specs
 from normjax.studies import schema as s
 from normjax.studies.presets import preset
 from normjax.train.config_io import ConfigError
 from normjax.train.config_schema import Spec
 from normjax.train.data_text import byte_vocab
 from normjax.train.optimizers import OPTIMIZERS
+
+# The :paper runs: the placements trained at depth, then option variants (no_bias only here: beta = 0 at
+# init, so at init a model without beta is the same model as with it).
+PAPER_SPECS = (
+    "post",
+    "pre",
+    "deepnorm",
+    "admin",
+    "rezero",
+    "tfixup",
+    "hybrid",
+    "subln",
+    "normformer",
+    "resi_dual",
+    "ngpt",
+    "pre:scalenorm",
+    "pre+qk_norm",
+    "post+no_bias",
+    "pre+embedding_norm",
+)
 
 
 def _base():
@@ -56,7 +75,7 @@ def _standard():
 
 def _paper():
     c = _base()
-    c.runs = study_specs("deep_training")  # registry placements and option variants
+    c.runs = PAPER_SPECS
     c.depths = (6, 12, 18, 24, 50, 100)
     c.side_runs, c.side_depths = ("pre:dyt", "sandwich"), (6, 24, 100)
     c.d_model, c.d_ff = 64, 128  # DeepNet Fig. 5's 64-128-2

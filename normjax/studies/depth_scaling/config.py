@@ -1,6 +1,6 @@
 """depth_scaling presets: quick (CPU, about a minute), standard (the committed report), paper (accelerators).
 
-python -m experiments.depth_scaling --config=experiments/configs/depth_scaling.py:quick
+python -m normjax.studies.depth_scaling --config=:quick
 """
 
 import ml_collections

@@ -1,6 +1,6 @@
 """diagnose presets: any model config (every ModelConfig field is a --config.model.<field> flag).
 
-  python -m experiments.diagnose --config=experiments/configs/diagnose.py:quick --workdir=results \
+  python -m normjax.studies.diagnose --config=:quick --workdir=results \
       --config.model.placement=post --config.model.num_layers=12
   # and a 30-step probe training at the run's lr, warmup and optimizer (config.data / config.train: the keys of
   # experiments.train, e.g. --config.train.lr=1e-3 --config.train.warmup_steps=0 --config.train.schedule=constant)

@@ -1,13 +1,36 @@
 """grad_norms_at_init presets: quick (CPU, about a minute), standard (CPU, the committed report), paper.
 
-python -m experiments.grad_norms_at_init --config=experiments/configs/grad_norms_at_init.py:quick
+python -m normjax.studies.grad_norms_at_init --config=:quick
 """
 
 import ml_collections
 
-from normjax.specs import study_specs
 from normjax.studies import schema as s
 from normjax.studies.presets import preset
+
+# The :paper list: every layer placement and mixln, then option variants (normjax.specs).
+PAPER_SPECS = (
+    "post",
+    "pre",
+    "sandwich",
+    "peri_ln",
+    "deepnorm",
+    "admin",
+    "rezero",
+    "mixln",
+    "hybrid",
+    "hybrid_star",
+    "subln",
+    "normformer",
+    "resi_dual",
+    "ngpt",
+    "lns",
+    "keel",
+    "b2t",
+    "pre+qk_norm",
+    "pre:scalenorm",
+    "pre+embedding_norm",
+)
 
 
 def _quick():
@@ -31,7 +54,7 @@ def _standard():
 
 def _paper():
     c = _quick()
-    c.placements = study_specs("grad_norms_at_init")  # registry placements and option variants
+    c.placements = PAPER_SPECS
     c.vocab_size, c.d_model, c.num_heads, c.d_ff = 10000, 512, 4, 1024  # IWSLT model (X8)
     c.batch_size, c.seq_len, c.num_batches, c.num_seeds = 32, 64, 100, 5
     return c

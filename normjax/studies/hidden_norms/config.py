@@ -1,15 +1,37 @@
 """hidden_norms presets: quick (CPU, under a minute), standard (the committed report), paper (accelerators).
 
-python -m experiments.hidden_norms --config=experiments/configs/hidden_norms.py:quick --workdir=results
+python -m normjax.studies.hidden_norms --config=:quick --workdir=results
 """
 
 import ml_collections
 
 from normjax import specs
-from normjax.specs import study_specs
 from normjax.studies import schema as s
 from normjax.studies.presets import preset
 from normjax.train.config_io import ConfigError
+
+# The :paper list: every layer placement this study measures, then option variants (normjax.specs).
+PAPER_SPECS = (
+    "post",
+    "pre",
+    "sandwich",
+    "peri_ln",
+    "deepnorm",
+    "admin",
+    "rezero",
+    "hybrid",
+    "hybrid_star",
+    "subln",
+    "normformer",
+    "resi_dual",
+    "ngpt",
+    "lns",
+    "keel",
+    "b2t",
+    "pre+qk_norm",
+    "pre:scalenorm",
+    "pre+embedding_norm",
+)
 
 
 def _base():
@@ -35,7 +57,7 @@ def _paper():
     c = _base()
     c.d_model, c.num_heads, c.d_ff, c.num_layers = 512, 8, 2048, 48
     c.batch_size, c.seq_len, c.num_seeds = 16, 64, 5
-    c.placements = study_specs("hidden_norms")  # registry placements and option variants
+    c.placements = PAPER_SPECS
     return c
 
 

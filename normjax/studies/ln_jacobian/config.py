@@ -1,6 +1,6 @@
 """ln_jacobian presets: quick (CPU, about a minute), standard (CPU, the committed report), paper.
 
-python -m experiments.ln_jacobian --config=experiments/configs/ln_jacobian.py:quick
+python -m normjax.studies.ln_jacobian --config=:quick
 """
 
 import ml_collections

@@ -1,8 +1,8 @@
 """Warmup ablation (claims S5, X7, X8, R7): placement x lr x warmup, depth x lr and optimizer arms, 3 seeds.
 
-  python -m experiments.warmup_ablation --config=experiments/configs/warmup_ablation.py:quick \
+  python -m normjax.studies.warmup_ablation --config=:quick \
       --workdir=/tmp/wa
-  python -m experiments.warmup_ablation --config=experiments/configs/warmup_ablation.py:paper \
+  python -m normjax.studies.warmup_ablation --config=:paper \
       --workdir=/tmp/wa_paper --config.data.path=data/iwslt14.tokenized.de-en [--shard=0/4]
 
 Every preset is one sweep (config.sweep.axes) plus sub-grids (config.sweep.grids) over the same base config:

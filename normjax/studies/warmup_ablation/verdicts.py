@@ -228,7 +228,7 @@ def iwslt_figure(results: dict) -> list[dict]:
         "rule: the run's settings equal X8's"
         if x8_match
         else "the CPU presets use a small model on the synthetic task; the paper preset "
-        "(experiments/configs/warmup_ablation.py:paper) sets X8's values on local IWSLT14 files",
+        "(normjax.studies.warmup_ablation --config=:paper) sets X8's values on local IWSLT14 files",
     )
     if not on_iwslt:
         x7 = verdict_row(
