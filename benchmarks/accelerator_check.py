@@ -11,7 +11,7 @@ phase that fails or runs past its share of --budget_s is stopped, reported as su
               runs on the CPU: that benchmark steps PyTorch on the CPU, so beside a GPU the ratio would compare
               devices, not implementations.
   sweep       benchmarks.sweep: the 16-run lr x warmup grid, a plain re-jitting loop vs the sweep engine.
-  ablation    experiments.warmup_ablation at the `:paper` preset (6-6 layers, d 512, FFN 1024, 4 heads,
+  ablation    normjax.studies.warmup_ablation at the `:paper` preset (6-6 layers, d 512, FFN 1024, 4 heads,
               4096-token batches; placement {post, pre} x lr {5e-4, 1e-3} x warmup {0, 500, 4000} scaled to
               {0, steps/8, steps}), cut to --ablation_steps per cell: IWSLT14 De-En when --iwslt holds the
               prepared files, else the synthetic translation task at the same model, batch and bucket sizes (the
@@ -109,7 +109,8 @@ def sweep_command(size: str, out: str) -> list[str]:
 
 
 def ablation_command(size: str, steps: int, iwslt: str, workdir: str) -> tuple[list[str], str]:
-    """The experiments.warmup_ablation command at the :paper preset, and the note on its data and length."""
+    """The normjax.studies.warmup_ablation command at the :paper preset (its folder `workdir` ends in
+    warmup_ablation), and the note on its data and length."""
     if size == "tiny":
         overrides, shard = dict(_TINY_ABLATION), "0/12"
         note = "tiny: synthetic data, d 16, 4 steps, only cell 0 of the grid (--shard=0/12)"
@@ -133,7 +134,8 @@ def ablation_command(size: str, steps: int, iwslt: str, workdir: str) -> tuple[l
         note = f":paper model and batches, {steps} steps per cell, warmups {warmups} (not the 50k-update run), {data}"
     args = [f"--config.{key}={value}" for key, value in overrides.items()]
     config = f"--config={write_scaled_grid(steps if size != 'tiny' else overrides['train.num_steps'], workdir)}"
-    command = ["-m", "experiments.warmup_ablation", config, f"--workdir={workdir}", f"--shard={shard}"]
+    parent = os.path.dirname(workdir.rstrip(os.sep))  # the study writes PARENT/warmup_ablation = workdir
+    command = ["-m", "normjax.studies.warmup_ablation", config, f"--workdir={parent}", f"--shard={shard}"]
     return [*command, "--progress=false", *args], note
 
 
@@ -213,7 +215,7 @@ def run_phase(name: str, machine: dict, work: str, logs: str, timeout_s: float) 
     elif name == "sweep":
         args, note = sweep_command(_SIZE.value, raw), ""
     else:
-        raw = os.path.join(work, "ablation")
+        raw = os.path.join(work, "warmup_ablation")  # the study's folder under --workdir=work
         args, note = ablation_command(_SIZE.value, _ABLATION_STEPS.value, _IWSLT.value, raw)
     log = os.path.join(logs, f"{name}.log")
     status, wall = run_process(args, log, timeout_s)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares IWSLT14 German-English the way fairseq's examples/translation/prepare-iwslt14.sh does, for
-# the paper presets (experiments/configs/*.py:paper). Needs internet, git, perl and python3; it is
+# the paper presets (`--config=:paper` of the train main and of warmup_ablation). Needs internet, git, perl and python3; it is
 # never run by the tests. Result: $OUT/{train,valid,test}.{de,en}, lowercased, Moses-tokenized, joint
 # BPE (10k merges), one sentence per line; pass the folder as --config.data.path=$OUT.
 #
