@@ -38,6 +38,8 @@ class CorpusSpec:
     min_pairs: int = 1000
 
     def __post_init__(self):
+        if self.vocab_size < 8 or self.min_pairs < 1:
+            raise ValueError(f"vocab_size={self.vocab_size} must be >= 8 and min_pairs={self.min_pairs} >= 1")
         if self.src == self.tgt:
             raise ValueError(f"src and tgt are both {self.src!r}; give two languages")
         if not (self.valid_fraction > 0 and self.test_fraction > 0 and self.valid_fraction + self.test_fraction < 1):
@@ -247,6 +249,7 @@ def main(argv=None) -> int:
         p.add_argument(f"--{name}", type=float, default=getattr(CorpusSpec, name))
     for name in ("vocab_size", "min_pairs"):
         p.add_argument(f"--{name}", type=int, default=getattr(CorpusSpec, name))
+    p.error = lambda message: sys.exit(print(f"config error: {message}", file=sys.stderr) or 2)  # one line
     args = p.parse_args(argv)
     try:
         spec = CorpusSpec(

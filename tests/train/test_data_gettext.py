@@ -140,3 +140,5 @@ def test_cli_exit_2_with_one_line(tmp_path):
     assert proc.stderr.startswith("data error: found 95 de-en translation pairs")
     proc = subprocess.run([*cmd, "--tgt=de"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("config error: src and tgt are both 'de'")
+    proc = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=120)  # no --out
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--out" in proc.stderr
