@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import resource
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +14,43 @@ import jax.numpy as jnp
 from normjax.jacobian import checks, traced
 
 MODES = ("fwd", "rev")
+# Peak bytes of an exact path per entry of J: J, jacfwd's/jacrev's stacked output before the transpose
+# (or the SVD's copy and LAPACK's work space), and a margin for the linearization.
+COPIES_OF_J = 3
+
+
+def available_memory() -> int:
+    """Bytes this process may still allocate on the host: MemAvailable (or physical memory), and under an
+    address-space limit (`ulimit -v`, RLIMIT_AS) that limit minus the address space already in use."""
+    avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    status = {}
+    for path in ("/proc/meminfo", "/proc/self/status"):
+        try:
+            with open(path) as fh:
+                status |= {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in fh) if "kB" in v}
+        except OSError:
+            pass
+    avail = min(avail, status.get("MemAvailable", avail))
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit != resource.RLIM_INFINITY:
+        avail = min(avail, limit - status.get("VmSize", 0))
+    return max(avail, 0)
+
+
+def check_memory(out_size: int, in_size: int, dtype, what: str = "the exact Jacobian") -> None:
+    """MemoryError, before anything is dispatched, when J (M x N) and its copies would not fit.
+
+    An allocation that fails inside XLA can hang instead of raising (under an address-space limit), so
+    the estimate comes first: COPIES_OF_J * M * N * itemsize against `available_memory`.
+    """
+    size = out_size * in_size * jnp.dtype(dtype).itemsize
+    need, avail = COPIES_OF_J * size, available_memory()
+    if need > avail:
+        raise MemoryError(
+            f"{what} is {out_size} x {in_size} {jnp.dtype(dtype).name} ({size / 2**30:.3g} GiB; about "
+            f"{need / 2**30:.3g} GiB with its copies) but only {avail / 2**30:.3g} GiB of memory is available: use "
+            "method='lanczos' (matrix-free, memory O(k (N + M))) or a smaller input."
+        )
 
 
 def _basis_map(lin_fn, size, chunk_size, dtype):
@@ -47,6 +86,27 @@ def _jacobian_impl(fn, args, x_N, mode, chunk_size):
     return J_MN, checks.count_nonfinite(y_M), checks.count_nonfinite(J_MN)
 
 
+ROUNDING_DRAWS = 2
+
+
+@functools.partial(jax.jit, static_argnames=("fn", "mode"))
+def _rounding_impl(fn, args, x_N, J_MN, mode):
+    closed = jax.make_jaxpr(lambda a, z: flat_jacobian(functools.partial(fn, a), z, mode)[0])(args, x_N)
+    flat_args = jax.tree.leaves((args, x_N))
+    draws = [traced.perturbed_eval(closed, flat_args, seed) for seed in range(ROUNDING_DRAWS)]
+    return jnp.max(jnp.stack([jnp.linalg.norm(J_s - J_MN) for J_s in draws]))
+
+
+def rounding_estimate(conv: traced.Converted, J_MN: jax.Array, mode: str = "fwd") -> float:
+    """max over ROUNDING_DRAWS Monte Carlo arithmetic draws of the computation of J (`traced.perturbed_eval`)
+    of ||J_draw - J||_F.
+
+    An estimate of ||J_computed - J|| (Frobenius, above the spectral norm) that follows the function's
+    own conditioning; it costs ROUNDING_DRAWS more Jacobians.
+    """
+    return float(_rounding_impl(conv.fn, conv.args, conv.x_N, J_MN, mode))
+
+
 def validate(mode=None, chunk_size=None) -> None:
     """Checks the common keyword arguments of the Jacobian tools."""
     if mode is not None and mode not in MODES:
@@ -63,7 +123,8 @@ def prepare(f, x, params=None) -> traced.Converted:
 
 
 def jacobian_of(conv: traced.Converted, mode: str = "fwd", chunk_size: int | None = None) -> jax.Array:
-    """The checked J_MN of an already converted function (see `jacobian`)."""
+    """The checked J_MN of an already converted function (see `jacobian`); refuses one that would not fit."""
+    check_memory(conv.out_size, conv.x_N.size, conv.dtype)
     J_MN, bad_y, bad_J = _jacobian_impl(conv.fn, conv.args, conv.x_N, mode, chunk_size)
     checks.raise_if_nonfinite("f(x)", bad_y, J_MN.shape[0])
     checks.raise_if_nonfinite("the Jacobian", bad_J, J_MN.size)
@@ -93,6 +154,7 @@ def jacobian(f: Callable, x: Any, *, params: Any = None, mode: str = "fwd", chun
     Raises:
       TypeError: f not callable, x or f(x) not (a pytree of) floating arrays. ValueError: `x` has
       NaN/inf entries or a bad argument. FloatingPointError: f(x) or J has NaN/inf entries.
+      MemoryError: J and its copies (`COPIES_OF_J` M N entries) would not fit in `available_memory()`.
     """
     validate(mode, chunk_size)
     return jacobian_of(prepare(f, x, params), mode, chunk_size)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from normjax.jacobian import checks, krylov
-from normjax.jacobian.exact import jacobian_of, prepare
+from normjax.jacobian.exact import jacobian_of, prepare, rounding_estimate
 
 METHODS = ("auto", "exact", "power", "lanczos")
 # "auto" materializes J (and runs a dense SVD) when it has at most this many entries (a 1024 x 1024
@@ -123,11 +123,23 @@ def _finish(values, info, tol, return_info):
     return (values, info) if return_info else values
 
 
+def exact_error_bound(s_max: float, rounding: float, shape: tuple[int, int], dtype) -> float:
+    """The exact method's bound on |s_i - sigma_i(J)|: J's own rounding plus the dense SVD's.
+
+    `rounding` estimates ||J_computed - J|| (`exact.rounding_estimate`), which moves every singular value
+    by at most that much (Weyl); the SVD adds its backward error, sqrt(min(M, N)) eps s_max in the working
+    dtype (LAPACK's p(m, n) eps ||J||, with p(m, n) taken as sqrt(min(M, N))).
+    """
+    return rounding + math.sqrt(min(shape)) * float(jnp.finfo(dtype).eps) * s_max
+
+
 def _exact(conv, k, out_size):
     mode = "fwd" if conv.x_N.size <= out_size else "rev"  # the cheaper of N JVPs and M VJPs
-    s_K = _top_singular_values(jacobian_of(conv, mode=mode), k)
-    bound = float(jnp.finfo(conv.dtype).eps * s_K[0])
-    return s_K, SpectralInfo("exact", 0, float(jnp.finfo(conv.dtype).eps), True, bound, str(conv.dtype))
+    J_MN = jacobian_of(conv, mode=mode)
+    s_K = _top_singular_values(J_MN, k)
+    bound = exact_error_bound(float(s_K[0]), rounding_estimate(conv, J_MN, mode), J_MN.shape, conv.dtype)
+    residual = bound / max(float(s_K[0]), float(jnp.finfo(conv.dtype).tiny))
+    return s_K, SpectralInfo("exact", 0, residual, True, bound, str(conv.dtype))
 
 
 def singular_values(

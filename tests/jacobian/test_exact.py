@@ -75,3 +75,33 @@ def test_traceable_inside_jit():
     x = x_34()
     J = jax.jit(lambda v: jacobian.jacobian(f, v))(x)
     np.testing.assert_allclose(J, jacobian.jacobian(f, x), rtol=1e-13)
+
+
+def test_exact_paths_refuse_a_jacobian_that_would_not_fit(monkeypatch):
+    from normjax.jacobian import exact
+
+    monkeypatch.setattr(exact, "available_memory", lambda: 2**30)  # 1 GiB left
+    x = jnp.ones(60000, jnp.float32)  # J: 60000 x 60000, 13.4 GiB in float32
+    for call in (
+        lambda: jacobian.jacobian(jnp.sin, x),
+        lambda: jacobian.spectral_norm(jnp.sin, x, method="exact"),
+        lambda: jacobian.frobenius_norm_sq(jnp.sin, x, method="exact"),
+    ):
+        with pytest.raises(MemoryError, match=r"60000 x 60000 float32 \(13.4 GiB.*method='lanczos'"):
+            call()
+    s = jacobian.spectral_norm(jnp.sin, x[:2000], method="lanczos")  # the matrix-free method still runs
+    np.testing.assert_allclose(s, np.cos(1.0), rtol=1e-5)  # J = diag(cos x)
+
+
+def test_available_memory_honours_an_address_space_limit(monkeypatch):
+    import pathlib
+    import resource
+
+    from normjax.jacobian import exact
+
+    unlimited = exact.available_memory()
+    assert unlimited > 0
+    status = pathlib.Path("/proc/self/status").read_text().splitlines()
+    used = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize"))
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (used + 2**20, resource.RLIM_INFINITY))  # ulimit -v
+    assert exact.available_memory() <= min(unlimited, 2**20)
