@@ -1,132 +1,119 @@
-"""Warmup ablation (claims S5, X7, X8, R7): placement x lr x warmup, depth x lr and optimizer arms, 3 seeds.
+"""warmup_ablation presets: learning-rate sensitivity curves with and without warmup, on real data (S5, X7, X8, R7).
 
-  python -m normjax.studies.warmup_ablation --config=:quick \
-      --workdir=/tmp/wa
-  python -m normjax.studies.warmup_ablation --config=:paper \
-      --workdir=/tmp/wa_paper --config.data.path=data/iwslt14.tokenized.de-en [--shard=0/4]
+  python -m normjax.studies.warmup_ablation --config=:quick --workdir=results [--shard=0/2] [--force]
+  python -m normjax.studies.warmup_ablation --config=:paper --workdir=/tmp/paper \
+      --config.data.path=data/iwslt14.tokenized.de-en [--shard=0/4]
 
-Every preset is one sweep (config.sweep.axes) plus sub-grids (config.sweep.grids) over the same base config:
-  axes       placement x peak lr x warmup x seed, Xiong et al.'s inverse-sqrt decay after the linear warmup;
-  constant   the control arm: the same cells with the lr held constant after the warmup;
-  depth_lr   placement x depth x lr without warmup: the critical lr (the smallest lr at which a placement
-             stalls or diverges) at each depth (the main grid's depth is the model's num_layers);
-  adam999 / radam / sgd   the Adam-variance explanation (Liu et al. 2020): without warmup at the lrs of the main
-             grid, Adam with beta2 0.999 instead of 0.98, RAdam, and SGD with momentum 0.9 (at its own lrs).
-Runs are at least 10x the longest warmup. The seeds are the sweep axis train.seed (config.train.seed ..
-seed + 2; `--config.train.seed=s` shifts every seed axis, it does not collapse it).
+The CPU presets train a decoder-only byte-level LM on the Python stdlib sources (bytes_lm: results.json records
+the sha256 of the exact bytes) and sweep, per placement and depth, the peak lr over 2 decades (5 lrs, half a
+decade apart) with and without warmup, in the small-scale-proxy method of Wortsman et al. 2023 (arXiv
+2309.14322: final loss against lr, and its LR sensitivity). Every sweep is one grid (config.sweep.axes) plus
+sub-grids (config.sweep.grids) over the same base config:
+  axes        placement {post, pre} x peak lr x warmup {0, 2H, 8H} x seed at the main depth;
+  depth       the same at a second depth (and a shallow reference at :standard) with warmup {0, 8H};
+  placements  Sandwich-LN, DeepNorm, Admin, ReZero and LayerNorm Scaling without warmup at the main depth;
+  radam       Post-LN without warmup with RAdam (its rectification acts as a built-in warmup; Liu et al. 2020).
+The control is fair (normjax.train.schedules.FAIR_CONTROLS): `warmup_then_inverse_sqrt` with one decay_start,
+the longest warmup, for every arm, so a no-warmup arm runs at the peak lr from step 0 and then follows exactly
+the warmup arms' inverse-sqrt tail (tests/studies/test_warmup_ablation.py checks every compared pair). H =
+1/(1 - beta2) is Adam's second-moment horizon: 20 steps at beta2 0.95 (the LM setting of Wortsman et al.), so
+the warmups 40 and 160 are 2x and 8x of it, and runs are at least 3x the longest warmup.
 
-quick (4.6 CPU minutes: 275 s of CPU time, 15 min of wall time while 5 other jobs shared the 2 cores): a 2-2
-layer d=32 encoder-decoder on the synthetic translation task, 57 runs of 150 steps.
-standard (about 23 CPU minutes, estimated from 4 timed runs): d=64, depths 2 and 6, 3 lrs, 84 runs of 250 steps.
+Measured cost (2026-12-01, this 2-core CPU under load, one XLA thread): a d 128, 6-layer byte LM at batch 8 x 64
+bytes costs 0.2 CPU-s per step and about 15 CPU-s to start and compile; a 600-step run about 135 CPU-s.
+quick: d 64, 2 layers, 200 steps, 3 lrs, 2 seeds... (see quick_scale): 48 runs, about 3 CPU minutes per worker.
+standard: d 128, 6 layers (12 in `depth`), 600 steps, 3 seeds: 132 runs, about 5 CPU hours (2.5 h on 2 workers);
+  it is sized by the cells that decide S5 (docs/results notes what it ran).
 paper (accelerators): Xiong et al.'s Fig. 2 grid on IWSLT14 De-En (6-6 layers, d 512), lr {5e-4, 1e-3} x warmup
-{0, 500, 4000}, 50k steps, with the depth x lr and optimizer arms at the same scale.
+{0, 500, 4000}, 50k steps, with the depth and optimizer arms at that scale.
 """
 
 from normjax.train.config_io import default_config, sweep_axes
 from normjax.train.presets import paper_scale
 
 NUM_SEEDS = 3
+MAIN = ("post", "pre")
+OTHER_PLACEMENTS = ("sandwich", "deepnorm", "admin", "rezero", "lns")
 
 
-def _seeds(config) -> list[int]:
-    return [config.train.seed + k for k in range(NUM_SEEDS)]
+def horizon(b2: float) -> int:
+    """Adam's second-moment horizon 1/(1 - beta2), in steps."""
+    return round(1.0 / (1.0 - b2))
 
 
-def add_grids(
-    config, lrs, warmups, depths, control_lrs, sgd_lrs, opt_lrs, arm_placements=("post", "pre"), depth_lrs=None
-):
-    """The main grid (config.sweep.axes) and the sub-grids (config.sweep.grids) of a preset; the depth x lr grid
-    runs at `depth_lrs` (default: the main grid's lrs)."""
-    seeds = _seeds(config)
-    both, arms = ["post", "pre"], list(arm_placements)
+def _seeds(config, num_seeds: int) -> list[int]:
+    return [config.train.seed + k for k in range(num_seeds)]
+
+
+def add_grids(config, lrs, warmups, depths, num_seeds=NUM_SEEDS, others=OTHER_PLACEMENTS, depth_lrs=None):
+    """The main grid (config.sweep.axes) and the sub-grids (config.sweep.grids) of a preset. Every arm shares
+    decay_start = the longest warmup (the fair control); `depths` are the other depths of the `depth` grid."""
+    seeds, longest = _seeds(config, num_seeds), max(warmups)
+    config.train.update(schedule="warmup_then_inverse_sqrt", decay_start=longest)
     config.sweep.axes = sweep_axes(
-        {"model.placement": both, "train.lr": lrs, "train.warmup_steps": warmups, "train.seed": seeds}
+        {"model.placement": list(MAIN), "train.lr": lrs, "train.warmup_steps": warmups, "train.seed": seeds}
     )
-    no_warmup = {"train.warmup_steps": [0]}
     grids = {
-        "constant": {
-            "train.schedule": ["constant"],
-            "model.placement": both,
-            "train.lr": control_lrs,
-            "train.warmup_steps": warmups,
-            "train.seed": seeds,
+        "depth": {
+            "model.placement": list(MAIN),
+            "model.num_layers": depths,
+            "train.lr": depth_lrs or lrs,
+            "train.warmup_steps": [0, longest],
         },
-        "depth_lr": {"model.placement": both, "model.num_layers": depths, "train.lr": depth_lrs or lrs} | no_warmup,
-        "adam999": {"train.b2": [0.999], "model.placement": arms, "train.lr": opt_lrs} | no_warmup,
-        "radam": {"train.optimizer": ["radam"], "model.placement": arms, "train.lr": opt_lrs} | no_warmup,
-        "sgd": {"train.optimizer": ["sgd"], "model.placement": arms, "train.lr": sgd_lrs} | no_warmup,
+        "placements": {"model.placement": list(others), "train.lr": lrs, "train.warmup_steps": [0]},
+        "radam": {
+            "train.optimizer": ["radam"],
+            "model.placement": ["post"],
+            "train.lr": lrs,
+            "train.warmup_steps": [0],
+        },
     }
-    for name in ("depth_lr", "adam999", "radam", "sgd"):
-        grids[name]["train.seed"] = seeds
-    config.sweep.grids = {name: sweep_axes(axes) for name, axes in grids.items()}
+    for axes in grids.values():
+        axes["train.seed"] = seeds
+    config.sweep.grids = {name: sweep_axes(axes) for name, axes in grids.items() if depths or name != "depth"}
     return config
 
 
-def _cpu_scale(config, d_model, num_layers, num_steps):
+def _byte_lm(config, d_model, d_ff, num_layers, num_steps, batch_size, seq_len):
+    """A decoder-only byte LM on the stdlib sources, Adam (0.9, 0.95), per-run diagnostics every tenth."""
     config.model.update(
-        d_model=d_model, num_heads=4, d_ff=2 * d_model, num_layers=num_layers, dropout=0.0, placement="post"
-    )
-    config.data.update(task="synthetic", max_len=16, buckets=(), num_train=20_000, num_valid=256)
+        arch="decoder", d_model=d_model, num_heads=4, d_ff=d_ff, num_layers=num_layers, dropout=0.0,
+        placement="post", scan_layers=False,
+    )  # fmt: skip
+    config.data.update(task="bytes_lm", seq_len=seq_len, max_bytes=2_000_000)
     config.train.update(
-        optimizer="adam",
-        b1=0.9,
-        b2=0.98,
-        eps=1e-9,
-        schedule="inverse_sqrt",
-        num_steps=num_steps,
-        batch_size=32,
-        label_smoothing=0.1,
-        log_every=5,
-        eval_every=num_steps // 2,
-        checkpoint_every=num_steps // 2,
-        bleu_examples=0,
-        diag_every=0,
-    )
+        optimizer="adam", b1=0.9, b2=0.95, eps=1e-8, num_steps=num_steps, batch_size=batch_size,
+        label_smoothing=0.0, clip_norm=0.0, log_every=num_steps // 30, eval_every=num_steps // 3,
+        checkpoint_every=num_steps // 3, bleu_examples=0, diag_every=num_steps // 10,
+    )  # fmt: skip
     return config
 
 
 def quick_scale(config):
-    """d 32, 2-2 layers (4-4 in depth_lr), 150 steps (10x the warmup of 15); optimizer arms on Post-LN only."""
-    config = _cpu_scale(config, 32, 2, 150)
+    """d 64, 2 layers (4 in `depth`), 150 steps (3x the warmup of 50 = 2.5H), 3 lrs a decade apart."""
+    config = _byte_lm(config, d_model=64, d_ff=256, num_layers=2, num_steps=150, batch_size=8, seq_len=64)
     return add_grids(
-        config,
-        lrs=[1e-2, 3e-2],
-        warmups=[0, 15],
-        depths=[4],
-        control_lrs=[3e-2],
-        sgd_lrs=[0.3],
-        opt_lrs=[3e-2],
-        arm_placements=("post",),
+        config, lrs=[1e-3, 1e-2, 1e-1], warmups=[0, 50], depths=[4], others=("deepnorm",), depth_lrs=[1e-2]
     )
 
 
 def standard_scale(config):
-    """d 64, 2-2 layers (6-6 in depth_lr), 250 steps (10x the warmup of 25)."""
-    config = _cpu_scale(config, 64, 2, 250)
+    """d 128, 6 layers (12 in `depth`), 600 steps, 5 lrs over 2 decades, warmups 0, 2H, 8H, 3 seeds."""
+    config = _byte_lm(config, d_model=128, d_ff=512, num_layers=6, num_steps=600, batch_size=8, seq_len=64)
+    h = horizon(config.train.b2)
     return add_grids(
-        config,
-        lrs=[3e-3, 1e-2, 3e-2],
-        warmups=[0, 25],
-        depths=[6],
-        control_lrs=[3e-2],
-        sgd_lrs=[0.3],
-        opt_lrs=[3e-2],
-    )
+        config, lrs=[3e-4, 1e-3, 3e-3, 1e-2, 3e-2], warmups=[0, 2 * h, 8 * h], depths=[12],
+        depth_lrs=[1e-3, 3e-3, 1e-2],
+    )  # fmt: skip
 
 
 def paper_grid(config):
     """Xiong et al.'s Fig. 2 grid on IWSLT14 (50k steps, 12x the warmup of 4000) and the arms at that scale."""
     config = paper_scale(config)
-    return add_grids(
-        config,
-        lrs=[5e-4, 1e-3],
-        warmups=[0, 500, 4000],
-        depths=[6, 12, 18],
-        depth_lrs=[2.5e-4, 5e-4, 1e-3, 2e-3],
-        control_lrs=[5e-4, 1e-3],
-        sgd_lrs=[0.03, 0.1],
-        opt_lrs=[5e-4, 1e-3],
+    config = add_grids(
+        config, lrs=[5e-4, 1e-3], warmups=[0, 500, 4000], depths=[12, 18], depth_lrs=[2.5e-4, 5e-4, 1e-3, 2e-3]
     )
+    return config
 
 
 def get_config(arg: str = "quick"):

@@ -1,15 +1,16 @@
-"""warmup_ablation: placement x lr x warmup (and depth, schedule, optimizer arms) through the sweep engine (S5, X7)."""
+"""warmup_ablation: learning-rate sensitivity curves with and without warmup per placement and depth (S5, X7)."""
 
 from __future__ import annotations
 
+import math
 import os
+import platform
 
 import jax
 import numpy as np
 
 from normjax import plotting, train
-from normjax.train import records, tasks
-from normjax.train.job import prepare
+from normjax.train import data_text, records
 from normjax.train.outcomes import STALL_FRACTION, stall_level
 
 # steps-to-target: the first logged step whose train nll is <= TARGET_FRACTION x H (H the unigram entropy),
@@ -41,6 +42,16 @@ def _curve(folder: str, name: str, key: str) -> list[list[float]]:
     ]
 
 
+def _ratio_curve(folder: str, name: str) -> list[list[float]]:
+    """[[step, ||update|| / ||params||], ...]: the relative size of each logged update."""
+    rows = records.read_jsonl(os.path.join(folder, name, "metrics.jsonl"))
+    return [
+        [r["step"], r["train/update_norm"] / r["train/param_norm"]]
+        for r in rows
+        if r.get("train/update_norm") is not None and r.get("train/param_norm")
+    ]
+
+
 def steps_to(curve: list, target: float) -> int | None:
     """The first step of `curve` ([[step, value], ...]) at or below `target`; None if never."""
     return next((step for step, v in curve if v is not None and v <= target), None)
@@ -55,6 +66,7 @@ def summarize_runs(config, sweep: dict, folder: str) -> list[dict]:
         summary, run = entry["summary"] or {}, by_name[entry["name"]].run
         final, unigram = summary.get("final", {}), summary.get("unigram_nll")
         train_nll = _curve(folder, entry["name"], "train/nll")
+        valid_nll = _curve(folder, entry["name"], "valid/nll")
         rows.append(
             {
                 "name": entry["name"],
@@ -73,29 +85,80 @@ def summarize_runs(config, sweep: dict, folder: str) -> list[dict]:
                 "final_valid_nll": final.get("valid/nll"),
                 "final_valid_bleu": final.get("valid/bleu"),
                 "train_nll": train_nll,
-                "valid_nll": _curve(folder, entry["name"], "valid/nll"),
+                "valid_nll": valid_nll,
                 "norm_input_rms": _curve(folder, entry["name"], "diag/norm_input_rms/decoder"),
+                "layer_grad_norm": _curve(folder, entry["name"], "diag/grad_norm/decoder"),
+                "update_ratio": _ratio_curve(folder, entry["name"]),
+                "init_valid_nll": next((v for step, v in valid_nll if step == 0), None),
                 "steps_to_target": None if unigram is None else steps_to(train_nll, TARGET_FRACTION * unigram),
             }
         )
     return rows
 
 
+def data_record(config) -> dict:
+    """What names the data: the sha256 of the exact bytes (bytes_lm) or the task and path, with Python's version."""
+    if config.data.task == "bytes_lm":
+        return {"task": "bytes_lm"} | data_text.byte_corpus_record(
+            config.data.path, config.data.suffix, config.data.max_bytes
+        )
+    return {"task": config.data.task, "path": config.data.path, "python_version": platform.python_version()}
+
+
 def compute(config, study) -> dict:
     sweep = run_grid(config, study.path)
-    unigram = tasks.unigram_nll(prepare(train.expand(config, 1)[0].run)[0].train)
+    runs = summarize_runs(config, sweep, study.path)
+    unigram = next((r["unigram_nll"] for r in runs if r["unigram_nll"] is not None), None)  # a property of the data
     return {
-        "runs": summarize_runs(config, sweep, study.path),
+        "runs": runs,
         "model": dict(config.model),
         "data_task": config.data.task,
+        "data": data_record(config),
         "num_steps": config.train.num_steps,
         "schedule": config.train.schedule,
+        "decay_start": config.train.decay_start,
+        "b2": config.train.b2,
         "unigram_nll": unigram,
-        "stall_nll": stall_level(unigram),
+        "stall_nll": None if unigram is None else stall_level(unigram),
         "stall_fraction": STALL_FRACTION,
-        "target_nll": TARGET_FRACTION * unigram,
+        "target_nll": None if unigram is None else TARGET_FRACTION * unigram,
         "target_fraction": TARGET_FRACTION,
     }
+
+
+def lr_sensitivity(finals: list[float | None], init_loss: float) -> float:
+    """Wortsman et al. 2023's LR sensitivity of one curve (arXiv 2309.14322, Sec. 3.1): the mean over the lr grid
+    of min(final loss, init loss) minus the best final loss; a failed run (diverged: None, or any loss above the
+    init loss) counts at the init loss. 0 for a curve flat at its best; init - best when one lr alone trains."""
+    capped = [init_loss if v is None or not np.isfinite(v) else min(v, init_loss) for v in finals]
+    return float(np.mean(capped) - min(capped))
+
+
+def curve_key(r: dict) -> tuple:
+    """The runs of one lr curve: same grid, placement, depth, warmup, optimizer and seed."""
+    return (r.get("group", ""), r["placement"], r["depth"], r["warmup"], r["optimizer"], r["seed"])
+
+
+def sensitivity_curves(results: dict) -> list[dict]:
+    """One entry per lr curve (a seed of one placement, depth, warmup and optimizer): its lrs, final valid
+    nll per lr (None when diverged), the init loss and the LR sensitivity."""
+    curves: dict = {}
+    for r in results["runs"]:
+        curves.setdefault(curve_key(r), []).append(r)
+    out = []
+    for (group, placement, depth, warmup, optimizer, seed), rows in sorted(curves.items(), key=str):
+        rows = sorted(rows, key=lambda r: r["lr"])
+        finals = [None if r["outcome"] == "diverged" else r["final_valid_nll"] for r in rows]
+        inits = [r.get("init_valid_nll") for r in rows if r.get("init_valid_nll") is not None]
+        init = float(np.mean(inits)) if inits else math.log(results.get("vocab_size") or 256)
+        out.append(
+            dict(
+                group=group, placement=placement, depth=depth, warmup=warmup, optimizer=optimizer, seed=seed,
+                lrs=[r["lr"] for r in rows], final=finals, outcomes=[r["outcome"] for r in rows], init_nll=init,
+                sensitivity=lr_sensitivity(finals, init) if len(rows) > 1 else None,
+            )
+        )  # fmt: skip
+    return out
 
 
 def main_rows(results: dict) -> list[dict]:
@@ -183,7 +246,93 @@ def plot(results: dict, study) -> list[str]:
     paths += plotting.save(fig, study.figure_stem("heatmap"))
     if all("group" in r for r in results["runs"]):  # results from before the arms existed have no such cells
         paths += _plot_no_warmup(results, study)
+    if all("init_valid_nll" in r for r in results["runs"]):  # results from before the lr curves have none
+        paths += _plot_sensitivity(results, study) + _plot_failure(results, study)
     return paths
+
+
+def _curve_label(c: dict) -> str:
+    warm = f"warmup {c['warmup']}" if c["warmup"] else "no warmup"
+    return f"{c['placement']}, {warm}" + (f", {c['optimizer']}" if c["optimizer"] != "adam" else "")
+
+
+def _plot_sensitivity(results: dict, study) -> list[str]:
+    """Final valid nll against peak lr (Wortsman et al. 2023's Fig. 1 axes), one panel per depth: the seeds'
+    mean of min(final, init) (a failed run at the init loss) with their range, dashed without warmup."""
+    curves = sensitivity_curves(results)
+    depths = sorted({c["depth"] for c in curves})
+    fig, axes = plotting.figure(ncols=len(depths), width=4.4, height=3.4)
+    for ax, depth in zip(axes, depths, strict=True):
+        groups: dict = {}
+        for c in (c for c in curves if c["depth"] == depth):
+            groups.setdefault(_curve_label(c), []).append(c)
+        for label, seeds in sorted(groups.items()):
+            lrs = seeds[0]["lrs"]
+            capped = np.array(
+                [
+                    [c["init_nll"] if v is None else min(v, c["init_nll"]) for v in c["final"]]
+                    for c in seeds
+                    if c["lrs"] == lrs
+                ]
+            )
+            first = seeds[0]
+            style = dict(linestyle="--" if first["warmup"] == 0 else "-", marker="o", ms=3)
+            mean = capped.mean(0)
+            ax.errorbar(
+                lrs, mean, yerr=[mean - capped.min(0), capped.max(0) - mean], color=plotting.color(first["placement"]),
+                label=label, capsize=2, alpha=0.85 if first["warmup"] else 0.6, **style,
+            )  # fmt: skip
+        ax.set_xscale("log")
+        ax.set(xlabel="peak learning rate", ylabel="final valid nll (failed run: init loss)", title=f"{depth} layers")
+        plotting.mark_unigram(ax, results)
+        plotting.legend_outside(ax)
+    fig.suptitle("lr sensitivity curves (as Wortsman et al. 2023, Fig. 1): seed mean and range", fontsize=8)
+    return plotting.save(fig, study.figure_stem("lr_sensitivity"))
+
+
+def failure_pair(results: dict) -> tuple[dict, dict] | None:
+    """(failed, healthy): Post-LN without warmup that stalled or diverged, and the same lr, depth and seed with the
+    longest warmup that trained (the lowest such lr), or None."""
+    runs = [r for r in results["runs"] if r["placement"] == "post" and r["optimizer"] == "adam"]
+    longest = max((r["warmup"] for r in runs), default=0)
+    for r in sorted(runs, key=lambda r: (r["lr"], r["depth"], r["seed"])):
+        if r["warmup"] == 0 and r["outcome"] in FAILED:
+            twin = [
+                w for w in runs
+                if w["warmup"] == longest > 0 and w["outcome"] == "ok"
+                and (w["lr"], w["depth"], w["seed"], w.get("group")) == (r["lr"], r["depth"], r["seed"], r.get("group"))
+            ]  # fmt: skip
+            if twin:
+                return r, twin[0]
+    return None
+
+
+def _plot_failure(results: dict, study) -> list[str]:
+    """A failed Post-LN run next to the same run with warmup: train nll, the largest LN-input rms, the first
+    layer's gradient norm over the last layer's, and the update-to-parameter ratio, against steps."""
+    pair = failure_pair(results)
+    if pair is None:
+        return []
+    fig, axes = plotting.figure(ncols=4, width=3.4, height=2.8)
+    for r, style in zip(pair, ("--", "-"), strict=True):
+        label = f"warmup {r['warmup']}: {r['outcome']}"
+        color = plotting.color(r["placement"])
+        for ax, curve in zip(axes, (r["train_nll"], r["norm_input_rms"], None, r["update_ratio"]), strict=True):
+            if curve is None:  # the gradient ratio from the per-layer norms
+                curve = [[s, g[0] / g[-1]] for s, g in r["layer_grad_norm"] if g and g[-1]]
+            if curve:
+                steps, values = zip(*curve, strict=True)
+                ax.plot(steps, [np.nan if v is None else v for v in values], style, color=color, label=label)
+    titles = ("train nll", "largest LN-input rms", "grad norm: layer 0 / last", "||update|| / ||params||")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set(title=title, xlabel="step")
+        ax.legend(fontsize=6)
+    for ax in axes[1:]:
+        ax.set_yscale("log")
+    plotting.mark_unigram(axes[0], results)
+    failed = pair[0]
+    fig.suptitle(f"Post-LN, {failed['depth']} layers, lr {failed['lr']:g}, seed {failed['seed']}", fontsize=8)
+    return plotting.save(fig, study.figure_stem("failure"))
 
 
 def _arm(r: dict) -> str:

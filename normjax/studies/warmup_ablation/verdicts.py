@@ -8,7 +8,7 @@ from normjax import train
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
 from normjax.report.rules import MIN_SEEDS, Threshold, mean_ci
-from normjax.studies.warmup_ablation.measure import FAILED, TARGET_FRACTION, main_rows
+from normjax.studies.warmup_ablation.measure import FAILED, TARGET_FRACTION, main_rows, sensitivity_curves
 from normjax.train.outcomes import STALL_FRACTION, STALL_WHY
 
 THRESHOLDS = {
@@ -95,13 +95,13 @@ def _bracket(crit: dict, lrs: list) -> str:
 
 def _no_warmup_rows(results: dict) -> list[dict]:
     """Runs without warmup on the main grid's schedule and Adam beta2: the main grid's and the depth_lr grid's."""
-    return [r for r in results["runs"] if r["warmup"] == 0 and r.get("group", "") in ("", "depth_lr")]
+    return [r for r in results["runs"] if r["warmup"] == 0 and r.get("group", "") in ("", "depth", "depth_lr")]
 
 
 def _arms(results: dict, stall_nll: float) -> list[str]:
     """One line per optimizer / schedule arm of Post-LN without warmup (the Adam-variance test)."""
     out = []
-    for group in ("adam999", "radam", "sgd", "constant"):
+    for group in ("radam", "adam999", "sgd", "constant"):
         rows = [r for r in results["runs"] if r.get("group") == group and r["placement"] == "post"]
         for arm_lr in sorted({r["lr"] for r in rows}):
             cell = _cell(rows, lr=arm_lr, warmup=0)
@@ -181,6 +181,7 @@ def warmup_sensitivity(results: dict) -> dict:
             f"; Pre-LN nll {mean_ci([r['final_valid_nll'] for r in pre]).text('.2f')} < stall {stall:.2f}"
         )
     arms = _arms(results, stall)
+    sens = sensitivity_text(results)
     where = ", ".join(f"L={d} lr {lr:g}" for d, lr in shown) or "none"
     measured = (
         f"Post-LN fails and Pre-LN trains without warmup at {where}"
@@ -190,6 +191,7 @@ def warmup_sensitivity(results: dict) -> dict:
         + (f" ({'; '.join(tried)})" if tried else " (Post-LN trains without warmup at every main-grid lr)")
         + f". {'. '.join(detail)}. Critical lr without warmup: {crit_text}"
         + (f". Post-LN without warmup, other arms: {'; '.join(arms)}" if arms else "")
+        + (f". LR sensitivity (Wortsman et al. 2023, nats): {sens}" if sens else "")
     )
     reason = (
         f"a run fails when it stalls (final valid nll >= {stall:.2f} = {1 - STALL_FRACTION:.2f} x the unigram "
@@ -215,6 +217,69 @@ def warmup_sensitivity(results: dict) -> dict:
     )
 
 
+def sensitivities(results: dict) -> dict:
+    """{(group, placement, depth, warmup, optimizer): Estimate of the LR sensitivity over seeds}."""
+    by: dict = {}
+    for c in sensitivity_curves(results):
+        if c["sensitivity"] is not None:
+            by.setdefault((c["group"], c["placement"], c["depth"], c["warmup"], c["optimizer"]), []).append(c)
+    return {k: mean_ci([c["sensitivity"] for c in v]) for k, v in sorted(by.items(), key=str)}
+
+
+def sensitivity_text(results: dict) -> str:
+    return "; ".join(
+        f"{p} L={d} {'warmup ' + str(w) if w else 'no warmup'}{'' if o == 'adam' else ' ' + o}: {e.text('.2f')}"
+        for (_, p, d, w, o), e in sensitivities(results).items()
+    )
+
+
+def _steps(rows: list[dict], warmup: int, lrs: list[float]) -> str:
+    """Mean steps to the target at the largest lr of `lrs` (how many seeds reached it), or '-'."""
+    cell = _cell(rows, warmup=warmup, lr=lrs[-1]) if lrs else []
+    got = [r["steps_to_target"] for r in cell if r.get("steps_to_target") is not None]
+    return f"{mean_ci(got).mean:.0f} ({len(got)}/{len(cell)})" if got else "-"
+
+
+def answer_table(results: dict) -> list[str]:
+    """The practitioner's table: per depth and placement, the lrs of the grid that train (every seed) without
+    warmup and with the best warmup, the LR sensitivity of each, and the steps to the common target."""
+    stall = results.get("stall_nll")
+    if stall is None or not all("init_valid_nll" in r for r in results["runs"]):
+        return []
+    runs = [r for r in results["runs"] if r["optimizer"] == "adam"]
+    sens = sensitivities(results)
+    lines = [
+        f"Measured at {results['model'].get('d_model')}-wide {results['data_task']} models, "
+        f"{results['num_steps']} steps, Adam beta2 {results.get('b2')}, schedule {results['schedule']} "
+        f"(decay from step {results.get('decay_start')} for every arm); a cell trains when every seed ends "
+        f"ok below the stall level {stall:.2f} nats.",
+        "",
+        "| depth | placement | lrs that train, no warmup | best warmup | lrs that train with it | LR sensitivity "
+        "no warmup / best warmup | steps to target (no warmup / warmup, at the best lr) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for depth, placement in sorted({(r["depth"], r["placement"]) for r in runs}):
+        own = [r for r in runs if (r["depth"], r["placement"]) == (depth, placement)]
+        trains = {
+            w: [
+                lr
+                for lr in sorted({r["lr"] for r in own})
+                if cell_state(_cell(own, lr=lr, warmup=w), stall) == "trains"
+            ]
+            for w in sorted({r["warmup"] for r in own})
+        }
+        best = max(trains, key=lambda w: (len(trains[w]), w))
+        s0 = next((e for (g, p, d, w, o), e in sens.items() if (p, d, w) == (placement, depth, 0)), None)
+        sb = next((e for (g, p, d, w, o), e in sens.items() if (p, d, w) == (placement, depth, best)), None)
+        fmt = lambda lrs: ", ".join(f"{lr:g}" for lr in lrs) or "none"
+        text = lambda e: e.text(".2f") if e else "-"
+        lines.append(
+            f"| {depth} | {placement} | {fmt(trains.get(0, []))} | {best} | {fmt(trains[best])} | "
+            f"{text(s0)} / {text(sb)} | {_steps(own, 0, trains.get(0, []))} / {_steps(own, best, trains[best])} |"
+        )
+    return lines + [""]
+
+
 def iwslt_figure(results: dict) -> list[dict]:
     model = results["model"]
     on_iwslt = results["data_task"] == "iwslt14"
@@ -234,10 +299,10 @@ def iwslt_figure(results: dict) -> list[dict]:
         x7 = verdict_row(
             "X7",
             "IWSLT14: Post-LN without warmup BLEU 8.45 vs ~34 with warmup",
-            "not run on IWSLT14 (no data is downloaded)",
+            f"not run on IWSLT14 (no data is downloaded; this run: {results['data_task']})",
             "not testable at this scale",
             "needs the IWSLT14 De-En files (scripts/prepare_iwslt14.sh) and the paper preset on an "
-            "accelerator; S5 carries the synthetic-task analogue",
+            "accelerator; S5 carries the byte-level LM analogue",
         )
         return [x7, x8]
     post = [r for r in main_rows(results) if r["placement"] == "post" and r["final_valid_bleu"] is not None]
