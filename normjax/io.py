@@ -1,8 +1,9 @@
-"""Crash-safe files: JSON conversion, atomic writes (temp file, fsync, os.replace), folder locks, clear errors."""
+"""Crash-safe files: JSON conversion, atomic checksummed writes (temp file, fsync, os.replace), folder locks."""
 
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -14,6 +15,9 @@ import numpy as np
 
 TMP_PREFIX = ".tmp-"  # temporary files are named .tmp-<pid>-<random><suffix>
 LOCK_NAME = ".lock"
+CHECKSUM_KEY = "_sha256"  # in every JSON object write_json writes: the sha256 of the rest (see checksum)
+REJECTED_SUFFIX = ".rejected"  # a file that failed its checksum or structure check is renamed <file>.rejected[.n]
+_noted_unverified: set[str] = set()  # one note per process for files written before checksums
 
 
 class WorkdirError(RuntimeError):
@@ -22,6 +26,10 @@ class WorkdirError(RuntimeError):
 
 class CorruptFileError(WorkdirError, ValueError):
     """A file that is not what it should be (a ValueError too, like json's own errors); names the file."""
+
+
+class ChecksumError(CorruptFileError):
+    """A file whose content differs from the checksum written with it: edited or damaged since."""
 
 
 def to_jsonable(value):
@@ -85,22 +93,97 @@ def write_text(path: str, text: str) -> None:
         raise
 
 
+def checksum(obj) -> str:
+    """sha256 of a JSON value in canonical form (sorted keys, no spaces): whitespace and number spelling
+    (1.0 vs 1.00) do not change it, any changed value does."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def with_checksum(obj):
+    """`obj` as JSON (to_jsonable); a dict gets CHECKSUM_KEY, the checksum of the rest."""
+    obj = to_jsonable(obj)
+    if not isinstance(obj, dict):
+        return obj
+    obj = {k: v for k, v in obj.items() if k != CHECKSUM_KEY}
+    return obj | {CHECKSUM_KEY: checksum(obj)}
+
+
+def verified(obj, where: str):
+    """(`obj` without its checksum, True) if its checksum holds, (obj, False) if it has none (a file of an older
+    normjax, or not an object).
+
+    Raises:
+      ChecksumError: naming `where` when the content differs from its checksum.
+    """
+    if not isinstance(obj, dict) or CHECKSUM_KEY not in obj:
+        return obj, False
+    rest = {k: v for k, v in obj.items() if k != CHECKSUM_KEY}
+    if obj[CHECKSUM_KEY] != checksum(rest):
+        raise ChecksumError(f"{where} does not match the checksum written with it (edited or damaged since)")
+    return rest, True
+
+
+def note_unverified(path: str) -> None:
+    """Says once per process that files without a checksum (written before normjax wrote them) are read as
+    they are, unverified."""
+    if not _noted_unverified:
+        logging.warning(
+            "%s has no checksum (written by an older normjax): read unverified; rerun with --force to rewrite it"
+            " (said once)",
+            path,
+        )
+    _noted_unverified.add(path)
+
+
 def write_json(path: str, obj) -> None:
-    """Writes `obj` as JSON atomically (see write_text)."""
-    write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
+    """Writes `obj` as JSON atomically (see write_text), an object with its checksum (with_checksum)."""
+    write_text(path, json.dumps(with_checksum(obj), indent=2, sort_keys=True) + "\n")
 
 
-def read_json(path: str):
-    """The JSON content of `path`.
+def read_checked(path: str):
+    """(content of JSON file `path` without its checksum, whether it had one that holds).
 
     Raises:
       CorruptFileError: naming the file when it is not valid JSON.
+      ChecksumError: naming the file when its content differs from its checksum.
     """
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read())
+            obj = json.loads(f.read())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CorruptFileError(f"{path} is corrupt (not JSON: {e}); move it away, or rerun with --force") from None
+    return verified(obj, path)
+
+
+def read_json(path: str):
+    """The JSON content of `path` (an object without its checksum); an object without a checksum is read
+    unverified, with a note once per process (note_unverified).
+
+    Raises:
+      CorruptFileError: naming the file when it is not valid JSON.
+      ChecksumError: naming the file when its content differs from its checksum.
+    """
+    obj, checked = read_checked(path)
+    if not checked and isinstance(obj, dict):
+        note_unverified(path)
+    return obj
+
+
+def free_name(path: str) -> str:
+    """`path`, or `path`.1, `path`.2, ...: the first that does not exist."""
+    suffix = 0
+    while os.path.exists(path + (f".{suffix}" if suffix else "")):
+        suffix += 1
+    return path + (f".{suffix}" if suffix else "")
+
+
+def set_aside(path: str, reason: str) -> str:
+    """Renames `path` (a file or folder that must not be used) to <path>.rejected[.n] with a warning giving
+    `reason`; returns the new path."""
+    target = free_name(path + REJECTED_SUFFIX)
+    os.rename(path, target)
+    logging.warning("%s; set aside as %s, computing it again", reason, os.path.basename(target))
+    return target
 
 
 def config_diff(saved, wanted, prefix: str = "") -> list[str]:
@@ -146,32 +229,54 @@ def _alive(pid: int) -> bool:
 class FolderLock:
     """An exclusive lock on a folder: flock on folder/`name`, dropped by the OS when the process dies.
 
+    The lock file may be removed by its holder when the folder is finished (`remove`): a process that locked
+    the removed file locks the new one instead.
+
     Raises:
       WorkdirError: at once when another process holds the lock, unless `wait` (then it waits, saying so).
     """
 
     def __init__(self, folder: str, *, wait: bool = False, name: str = LOCK_NAME):
         os.makedirs(folder, exist_ok=True)
-        self.fd = os.open(os.path.join(folder, name), os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
-            if not wait:
-                os.close(self.fd)
-                raise WorkdirError(
-                    f"{folder} is in use by another process (pid {holder}); wait for it to end or use another --workdir"
-                ) from None
-            logging.warning("%s is in use by another process (pid %s); waiting for it", folder, holder)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.path = os.path.join(folder, name)
+        while True:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
+                if not wait:
+                    os.close(self.fd)
+                    raise WorkdirError(
+                        f"{folder} is in use by another process (pid {holder}); wait for it to end or use another"
+                        " --workdir"
+                    ) from None
+                logging.warning("%s is in use by another process (pid %s); waiting for it", folder, holder)
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+            if self._still_there():
+                break
+            os.close(self.fd)  # its holder removed it: lock the file now at `path`
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def _still_there(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino == os.fstat(self.fd).st_ino
+        except FileNotFoundError:
+            return False
 
     def release(self) -> None:
         """Releases the lock (idempotent)."""
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+    def remove(self) -> None:
+        """Deletes the lock file, then releases the lock (a finished folder keeps no lock file)."""
+        if self.fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path)
+        self.release()
 
     def __enter__(self):
         return self

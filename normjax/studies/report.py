@@ -6,7 +6,7 @@ import datetime
 import glob
 import os
 
-from normjax.io import CorruptFileError, read_json
+from normjax.io import ChecksumError, CorruptFileError, WorkdirError, read_json
 from normjax.report.claims import CLAIMS, CONSTRUCTION, EMPIRICAL
 from normjax.studies.judge import judge
 
@@ -29,17 +29,31 @@ MARK = {
 def load_results(workdir: str) -> dict[str, dict]:
     """{experiment: saved results.json, with "verdicts" from the current rules} for every study under `workdir`.
 
+    Results without a checksum (an older normjax) are judged unverified, with a note (io.note_unverified).
+
     Raises:
-      CorruptFileError: naming a results.json that is not JSON, is not a study's results, or that the current
-        rules cannot judge.
+      WorkdirError: `workdir` is not a folder.
+      CorruptFileError: naming a results.json that is not JSON, fails its checksum (ChecksumError), is not a
+        study's results, or that the current rules cannot judge.
     """
+    if not os.path.isdir(workdir):
+        raise WorkdirError(f"--workdir={workdir!r} is not a folder (it should hold <study>/results.json)")
     found = {}
     for path in sorted(glob.glob(os.path.join(workdir, "*", "results.json"))):
-        saved = read_json(path)
+        try:
+            saved = read_json(path)
+        except ChecksumError as e:
+            raise ChecksumError(f"{e}; the report uses no altered results: rerun that study with --force") from None
         if not isinstance(saved, dict) or not isinstance(saved.get("results"), dict):
             raise CorruptFileError(f"{path} is not a study's results (no results dict)")
         name = saved.get("experiment", os.path.basename(os.path.dirname(path)))
-        found[name] = saved | {"verdicts": judge(name, saved["results"], path)}
+        try:
+            verdicts = judge(name, saved["results"], path)
+        except CorruptFileError:
+            raise
+        except ValueError as e:  # e.g. a text where a rule reads a number (judge names Key/Index/TypeErrors)
+            raise CorruptFileError(f"{path}: the {name} rules cannot read these results ({e})") from None
+        found[name] = saved | {"verdicts": verdicts}
     return found
 
 

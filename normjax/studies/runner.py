@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import datetime
 import hashlib
+import importlib.metadata
 import inspect
 import logging
 import os
@@ -14,15 +15,19 @@ import time
 from collections.abc import Callable
 
 import jax
+import numpy as np
 
 from normjax import plotting
 from normjax.io import (
+    ChecksumError,
     CorruptFileError,
     FolderLock,
     config_diff,
     describe_diff,
+    read_checked,
     read_json,
     remove_stale_tmp,
+    set_aside,
     to_jsonable,
     write_json,
 )
@@ -118,9 +123,10 @@ class StudyDir:
             " to recompute it, or use another --workdir"
         )
 
-    def finished(self, warn: bool = True) -> dict | None:
+    def finished(self, warn: bool = True, locked: bool = False) -> dict | None:
         """The saved results if this study already finished, else None (results of other code: None, with a
-        warning when `warn`).
+        warning when `warn`). Results that fail their checksum are None; when `locked` (this process holds the
+        folder's lock) they are also set aside (io.set_aside), to be computed again.
 
         Raises:
           ConfigError: naming the differing keys when results.json holds another config.
@@ -128,7 +134,12 @@ class StudyDir:
         """
         if not os.path.exists(self.results_path):
             return None
-        saved = read_json(self.results_path)
+        try:
+            saved = read_json(self.results_path)
+        except ChecksumError as e:
+            if locked:
+                set_aside(self.results_path, str(e))
+            return None
         if not isinstance(saved, dict) or not {"config", "results"} <= set(saved):
             raise CorruptFileError(f"{self.results_path} is corrupt (no config or results); rerun with --force")
         return saved if self._current(self.results_path, saved["config"], warn) else None
@@ -141,40 +152,59 @@ class StudyDir:
 
     def open_partial(self) -> None:
         """Keep cached pieces from an interrupted run with the same config and code; drop those of other code
-        (with a warning); refuse those of another config."""
+        (with a warning); refuse those of another config; set aside those whose marker fails its checksum."""
         marker = os.path.join(self._partial, "config.json")
         remove_stale_tmp(self.path)
         remove_stale_tmp(self._partial)
-        if os.path.exists(marker) and not self._current(marker, read_json(marker)):
+        try:
+            saved = read_json(marker) if os.path.exists(marker) else None
+        except CorruptFileError as e:
+            set_aside(self._partial, f"{e}: which config its pieces are of is unknown")
+            saved = None
+        if saved is not None and not self._current(marker, saved):
             shutil.rmtree(self._partial)
         if not os.path.exists(marker):
             write_json(marker, self.config)
 
     def cached(self, key: str, compute: Callable[[], dict]) -> dict:
-        """compute() once per key: its JSON result is stored under partial/ and reused on a rerun.
+        """compute() once per key: its JSON result is stored (with a checksum) under partial/ and reused on a
+        rerun.
 
-        A damaged piece is computed again, with a warning naming its file.
+        A piece that is damaged, fails its checksum, has none (an older normjax or a hand-made file: pieces are
+        a cache, never trusted unverified) or is not a piece is set aside with a warning naming its file and
+        computed again.
         """
         path = os.path.join(self._partial, f"{key}.json")
         if os.path.exists(path):
             try:
-                return read_json(path)
+                saved, checked = read_checked(path)
             except CorruptFileError as e:
-                logging.warning("%s; computing it again", e)
+                problem = str(e)
+            else:
+                if checked and isinstance(saved, dict) and set(saved) == {"piece"}:
+                    return saved["piece"]
+                problem = f"{path} is not a cached piece of this normjax ({'no piece' if checked else 'no checksum'})"
+            set_aside(path, problem)
         value = to_jsonable(compute())
-        write_json(path, value)
+        write_json(path, {"piece": value})
         return value
+
+    def finish(self) -> None:
+        """Deletes partial/ once results.json holds everything (a finished folder keeps no cache)."""
+        shutil.rmtree(self._partial, ignore_errors=True)
 
     def figure_stem(self, stem: str) -> str:
         return os.path.join(self.path, stem)
 
     def save(self, results: dict, figures: list[str], wall_time_s: float, provenance: dict | None = None) -> dict:
+        """Writes results.json: the results, the figure files that exist, and the provenance (preset, the keys
+        that differ from it with their values, the Python, jax, flax and numpy versions)."""
         record = {
             "experiment": self.name,
             "config": self.config,
-            "provenance": provenance or {},
+            "provenance": _provenance(provenance or {}, self.config),
             "results": results,
-            "figures": [os.path.relpath(f, self.path) for f in figures],
+            "figures": [os.path.relpath(f, self.path) for f in figures if os.path.exists(f)],
             "wall_time_s": wall_time_s,
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": {
@@ -185,6 +215,21 @@ class StudyDir:
         }
         write_json(self.results_path, record)
         return read_json(self.results_path)
+
+
+def _provenance(provenance: dict, config: dict) -> dict:
+    """`provenance` ({"preset", "differs"}) with the differing keys' values and the library versions."""
+
+    def value(key: str):
+        node = config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    versions = {"python": platform.python_version(), "jax": jax.__version__, "numpy": np.__version__}
+    versions["flax"] = importlib.metadata.version("flax")
+    overrides = {k: value(k) for k in provenance.get("differs") or []}
+    return provenance | {"overrides": overrides, "versions": versions}
 
 
 def run_study(
@@ -217,10 +262,11 @@ def run_study(
     if not force and (saved := study.finished()) is not None:
         print(f"[{name}] already done: {study.results_path}")
         return saved
-    with FolderLock(study.path, wait=wait):
+    with FolderLock(study.path, wait=wait) as lock:
         if force:
             study.clear()
-        elif (saved := study.finished(warn=False)) is not None:  # finished by another process meanwhile
+        elif (saved := study.finished(warn=False, locked=True)) is not None:  # finished by another process
+            lock.remove()
             return saved
         study.open_partial()
         start = time.time()
@@ -228,6 +274,8 @@ def run_study(
         with plotting.style():
             figures = plot(results, study)
         saved = study.save(results, figures, round(time.time() - start, 1), provenance)
+        study.finish()
+        lock.remove()
     print(f"[{name}] wrote {study.results_path} and {len(figures)} figure files in {saved['wall_time_s']:.0f} s")
     return saved
 

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from normjax.io import WorkdirError, disk_full, read_json, write_json
+from normjax.io import WorkdirError, disk_full, free_name, read_json, write_json
 from normjax.train.steps import TrainState
 
 MANIFEST = "normjax_sha256.json"  # written into checkpoints/<step>/ once orbax has committed the step
@@ -89,11 +89,7 @@ class Checkpointer:
                         " or rerun with --force"
                     )
                 continue
-            target = os.path.join(os.path.dirname(self.directory), REJECTED, name)
-            suffix = 0
-            while os.path.exists(target + (f".{suffix}" if suffix else "")):
-                suffix += 1
-            target += f".{suffix}" if suffix else ""
+            target = free_name(os.path.join(os.path.dirname(self.directory), REJECTED, name))
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.rename(folder, target)
             logging.warning("checkpoint %s is not used: %s; moved to %s", folder, reason, target)

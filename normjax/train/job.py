@@ -104,8 +104,35 @@ def check_config(workdir: str, wanted: dict | RunConfig) -> None:
         )
 
 
-def _valid_summary(summary) -> bool:
-    return isinstance(summary, dict) and summary.get("outcome") in OUTCOMES and isinstance(summary.get("steps"), int)
+def _number(value) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+NUMBERS = ("diverged_step", "unigram_nll", "stall_nll", "best_valid_nll", "wall_time_s", "steps_per_s")
+
+
+def _summary_problem(summary) -> str | None:
+    """Why `summary` is not a complete summary (a field missing, or not a number where one belongs); None if it is."""
+    if not isinstance(summary, dict) or summary.get("outcome") not in OUTCOMES:
+        return "no valid outcome"
+    if not isinstance(summary.get("steps"), int) or isinstance(summary["steps"], bool):
+        return "no step count"
+    final = summary.get("final", {})
+    if not isinstance(final, dict):
+        return "final is not a dict"
+    numbers = {k: summary[k] for k in NUMBERS if k in summary} | {f"final.{k}": v for k, v in final.items()}
+    bad = [k for k, v in numbers.items() if not _number(v)]
+    return f"{bad[0]}={numbers[bad[0]]!r} is not a number" if bad else None
+
+
+def _load_summary(path: str) -> tuple[dict | None, str | None]:
+    """(summary, None) for a complete summary.json; (None, why not) for a damaged, edited or incomplete one."""
+    try:
+        summary = records.read_json(path)
+    except io.WorkdirError as e:
+        return None, f"{path} is not a complete summary: {e}"
+    problem = _summary_problem(summary)
+    return (None, f"{path} is not a complete summary ({problem})") if problem else (summary, None)
 
 
 def read_summary(workdir: str) -> dict | None:
@@ -113,14 +140,29 @@ def read_summary(workdir: str) -> dict | None:
     path = os.path.join(workdir, "summary.json")
     if not os.path.exists(path):
         return None
-    try:
-        summary = records.read_json(path)
-    except io.WorkdirError as e:
-        summary = str(e)
-    if not _valid_summary(summary):
-        logging.warning("%s is not a complete summary (%.80s); the run is not finished", path, summary)
-        return None
+    summary, problem = _load_summary(path)
+    if problem:
+        logging.warning("%s; the run is not finished", problem)
     return summary
+
+
+def set_aside_damaged(workdir: str) -> None:
+    """Under the run's lock: a metrics.jsonl that fails its checksum is set aside (io.set_aside) with the
+    summary and checkpoints built after it (the run is trained again from step 0); a damaged, edited or
+    incomplete summary.json is set aside (the run resumes from its newest checkpoint)."""
+    summary = os.path.join(workdir, "summary.json")
+    try:
+        records.read_jsonl(os.path.join(workdir, metric_writers.METRICS_FILE))
+    except io.ChecksumError as e:
+        io.set_aside(os.path.join(workdir, metric_writers.METRICS_FILE), str(e))
+        for name in ("summary.json", "checkpoints"):
+            if os.path.exists(os.path.join(workdir, name)):
+                io.set_aside(os.path.join(workdir, name), f"{os.path.join(workdir, name)} was built from it")
+        return
+    except io.CorruptFileError:
+        pass  # other damage stops the run when it resumes (records.check_steps), naming the line
+    if os.path.exists(summary) and (problem := _load_summary(summary)[1]):
+        io.set_aside(summary, problem)
 
 
 def with_unigram(workdir: str, run: RunConfig, summary: dict) -> dict:
@@ -175,7 +217,11 @@ def finished_summary(workdir: str, run: RunConfig) -> dict | None:
     if summary is not None:  # its log must be whole: a finished run is read, never retrained
         path = os.path.join(workdir, "metrics.jsonl")
         want = logged_steps(run.train, summary["steps"] - 1) + [summary["steps"]]
-        records.check_steps(path, records.read_jsonl(path), summary["steps"], want)
+        try:
+            log = records.read_jsonl(path)
+        except io.ChecksumError:
+            return None  # an edited log: set aside and trained again under the run's lock (Job)
+        records.check_steps(path, log, summary["steps"], want)
         summary = with_unigram(workdir, run, summary)
     return summary
 
@@ -236,6 +282,7 @@ class Job:
         io.remove_stale_tmp(self.workdir)
         if force:
             clear_run(self.workdir)
+        set_aside_damaged(self.workdir)
         check_config(self.workdir, config)
         path = os.path.join(self.workdir, "config.json")
         if os.path.exists(path) and (done := read_summary(self.workdir)) is not None:

@@ -1,18 +1,26 @@
-"""Crash-safe result files: atomic JSON and an fsync'd JSONL metrics log (see metric_writers for the rest)."""
+"""Crash-safe result files: atomic JSON and an fsync'd, checksummed JSONL metrics log (see metric_writers)."""
 
 import json
 import os
 
+from normjax import io
 from normjax.io import CorruptFileError, disk_full, read_json, to_jsonable, write_json, write_text  # noqa: F401
 
 
-def read_jsonl(path: str) -> list[dict]:
-    """The records of a JSONL metrics log, one dict with an int "step" per line.
+def _line(record: dict) -> str:
+    """One metrics record as a JSONL line with its checksum (io.with_checksum)."""
+    return json.dumps(io.with_checksum(record), sort_keys=True) + "\n"
 
-    Only a torn last line (no newline: the process died while appending it) is skipped.
+
+def read_jsonl(path: str) -> list[dict]:
+    """The records of a JSONL metrics log, one dict with an int "step" per line (without their checksums).
+
+    Only a torn last line (no newline: the process died while appending it) is skipped. Records without a
+    checksum (an older normjax) are read unverified, with a note once (io.note_unverified).
 
     Raises:
       CorruptFileError: naming the file and line of any other line that is not such a record.
+      ChecksumError: naming the file and line of a record that differs from its checksum.
     """
     if not os.path.exists(path):
         return []
@@ -30,6 +38,9 @@ def read_jsonl(path: str) -> list[dict]:
                 f"{path}:{number}: not a metrics record ({line[:60]!r}); the log was damaged: restore the file,"
                 " or rerun with --force to retrain from step 0"
             )
+        record, checked = io.verified(record, f"{path}:{number}")
+        if not checked:
+            io.note_unverified(path)
         records.append(record)
     return records
 
@@ -81,10 +92,10 @@ class MetricsLog:
                 f.seek(-1, os.SEEK_END)
                 torn = f.read() != b"\n"
         if len(kept) < len(records) or torn:
-            write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+            write_text(self.path, "".join(_line(r) for r in kept))
 
     def append(self, record: dict) -> None:
-        line = json.dumps(to_jsonable(record), sort_keys=True) + "\n"
+        line = _line(record)
         try:
             with open(self.path, "a") as f:
                 f.write(line)

@@ -4,6 +4,7 @@ import os
 import pathlib
 import sys
 
+from normjax.studies import runner
 from normjax.train import records
 from normjax.train.config_io import default_config, parse, set_path
 from normjax.train.loop import run_job
@@ -90,3 +91,12 @@ def assert_same_run(got: pathlib.Path, want: pathlib.Path) -> None:
     timing = ("wall_time_s", "steps_per_s")
     clean = lambda p: {k: v for k, v in records.read_json(str(p / "summary.json")).items() if k not in timing}
     assert clean(got) == clean(want)
+
+
+def interrupted_study(workdir, config: dict, compute) -> pathlib.Path:
+    """What a run of study "toy" interrupted after computing its pieces leaves: partial/ (its marker and the
+    pieces `compute` caches), no results.json; returns partial/."""
+    study = runner.StudyDir(str(workdir), "toy", config, runner.code_fingerprint(compute))
+    study.open_partial()
+    compute(config, study)
+    return pathlib.Path(study.path) / "partial"

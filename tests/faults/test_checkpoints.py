@@ -1,6 +1,5 @@
 """Issue 12, item 1: a damaged, stray or foreign checkpoint is never loaded silently."""
 
-import json
 import logging
 import os
 
@@ -8,6 +7,7 @@ import numpy as np
 import pytest
 from faults.fault_runs import assert_same_run, train
 
+from normjax import io
 from normjax.io import WorkdirError
 from normjax.train.checkpoint import MANIFEST
 
@@ -85,7 +85,6 @@ def test_no_intact_checkpoint_restarts_from_step_0(killed, reference, caplog):
 
 def test_foreign_checkpoint_is_an_error_naming_it(killed):
     path = killed / "checkpoints" / "20" / MANIFEST
-    manifest = json.loads(path.read_text())
-    path.write_text(json.dumps(manifest | {"fingerprint": "another-run"}))
+    io.write_json(str(path), io.read_json(str(path)) | {"fingerprint": "another-run"})  # written by another run
     with pytest.raises(WorkdirError, match=r"checkpoints/20 is a checkpoint of another config"):
         train(killed)

@@ -5,8 +5,18 @@ import logging
 import subprocess
 
 import pytest
-from faults.fault_runs import ROOT, assert_same_run, cli_env, fault_config, train, train_command, write_config_file
+from faults.fault_runs import (
+    ROOT,
+    assert_same_run,
+    cli_env,
+    fault_config,
+    interrupted_study,
+    train,
+    train_command,
+    write_config_file,
+)
 
+from normjax import io
 from normjax.io import FolderLock, WorkdirError
 from normjax.studies import runner
 from normjax.train.config_io import ConfigError
@@ -79,8 +89,7 @@ def test_how_runs_are_scheduled_is_not_another_config(tmp_path):
 
 
 def test_study_partial_results_of_another_config_are_an_error(tmp_path):
-    _study(tmp_path)
-    (tmp_path / "toy" / "results.json").unlink()  # an interrupted run of a=1: only partial/ is left
+    interrupted_study(tmp_path, {"a": 1}, _compute)  # an interrupted run of a=1: only partial/ is there
     with pytest.raises(ConfigError, match=r"partial/config.json was computed with another config"):
         _study(tmp_path, a=5)
 
@@ -88,11 +97,12 @@ def test_study_partial_results_of_another_config_are_an_error(tmp_path):
 def test_study_of_other_code_is_recomputed_with_a_warning(tmp_path, caplog):
     """A code change (the study's fingerprint) is not a user's config change: recompute, visibly."""
     _study(tmp_path)
-    for name in ("results.json", "partial/config.json"):
-        path = tmp_path / "toy" / name
-        path.write_text(path.read_text().replace('"_code": "', '"_code": "old'))
-    piece = tmp_path / "toy" / "partial" / "piece.json"
-    piece.write_text(json.dumps({"v": 999}))  # a cached piece of the old code must not be reused
+    interrupted_study(tmp_path, {"a": 1}, _compute)  # and the pieces of an interrupted rerun
+    for name in ("results.json", "partial/config.json"):  # both of other code (each with its checksum)
+        path = str(tmp_path / "toy" / name)
+        io.write_json(path, json.loads(json.dumps(io.read_json(path)).replace('"_code": "', '"_code": "old')))
+    piece = str(tmp_path / "toy" / "partial" / "piece.json")
+    io.write_json(piece, {"piece": {"v": 999}})  # a cached piece of the old code must not be reused
     with caplog.at_level(logging.WARNING):
         assert _study(tmp_path)["results"] == {"twice": 2}
     assert "was computed by other code of this study; computing it again" in caplog.text
