@@ -1,6 +1,5 @@
 """Figures: the house style stays inside its context, and every study's figures render and are not blank."""
 
-import importlib
 import os
 
 import matplotlib
@@ -8,7 +7,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from normjax import plotting
+from normjax import plotting, studies
 from normjax.io import read_json
 from normjax.studies import runner
 
@@ -46,7 +45,7 @@ def assert_not_blank(path: str) -> None:
 
 @pytest.mark.parametrize("name", STUDIES)
 def test_every_study_figure_renders_from_saved_results(tmp_path, name):
-    study = importlib.import_module(f"normjax.studies.{name}")
+    study = studies.get(name)
     paths = runner.replot(os.path.join(RESULTS, name), study.plot, str(tmp_path))
     saved = read_json(os.path.join(RESULTS, name, "results.json"))
     assert sorted(os.path.relpath(p, tmp_path) for p in paths) == sorted(saved["figures"])

@@ -5,6 +5,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from normjax import studies
 from normjax.report import Verdict
 from normjax.studies import runner
 from normjax.studies.amplification import measure as amplification
@@ -171,9 +172,9 @@ def test_every_preset_validates_with_three_seeds_and_another_seed():
         config = presets.get_config(name)
         assert config.num_seeds >= MIN_SEEDS, name
         config.seed = 1  # --config.seed=1: seeds 1 .. num_seeds
-        schemas.validate("amplification", config)
+        schemas.validate(studies.get("amplification"), config)
         assert seeds(config) == list(range(1, 1 + config.num_seeds))
     one_depth = presets.get_config("quick")
     one_depth.depths = (4, 4)
     with pytest.raises(ConfigError, match="2 distinct depths"):
-        schemas.validate("amplification", one_depth)
+        schemas.validate(studies.get("amplification"), one_depth)

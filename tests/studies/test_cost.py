@@ -6,6 +6,7 @@ import platform
 import ml_collections
 import pytest
 
+from normjax import studies
 from normjax.report import CLAIMS, VERDICTS
 from normjax.studies import runner
 from normjax.studies import schema as schemas
@@ -64,7 +65,7 @@ def test_pieces_timed_under_another_malloc_policy_are_not_reused(tmp_path, monke
 @pytest.mark.parametrize("preset", ["quick", "standard", "paper"])
 def test_presets_are_valid_with_three_seeds_or_more(preset):
     config = presets.get_config(preset)
-    schemas.validate("cost", config)
+    schemas.validate(studies.get("cost"), config)
     assert config.num_seeds >= 3
 
 

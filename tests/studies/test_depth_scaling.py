@@ -6,6 +6,7 @@ from flax import nnx
 from model_fixtures import scan_twin
 
 import normjax
+from normjax import studies
 from normjax.report import CLAIMS, VERDICTS
 from normjax.studies import runner
 from normjax.studies.depth_scaling import measure as depth_scaling
@@ -114,5 +115,5 @@ def test_every_preset_validates_with_three_seeds_and_another_seed():
         config = presets.get_config(name)
         assert config.num_seeds >= MIN_SEEDS, name
         config.seed = 1  # --config.seed=1: seeds 1 .. num_seeds
-        schemas.validate("depth_scaling", config)
+        schemas.validate(studies.get("depth_scaling"), config)
         assert seeds(config) == list(range(1, 1 + config.num_seeds))

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from normjax import studies
 from normjax.io import to_jsonable
 from normjax.studies import schema as schemas
 from normjax.studies.diagnose import config as presets
@@ -186,6 +187,6 @@ def quick_config(**changes):
     ],
 )
 def test_the_schema_refuses_a_bad_probe_in_one_line(changes, words):
-    schemas.validate("diagnose", quick_config())  # the preset itself is valid (probe off)
+    schemas.validate(studies.get("diagnose"), quick_config())  # the preset itself is valid (probe off)
     with pytest.raises(ConfigError, match=re.escape(words)):
-        schemas.validate("diagnose", quick_config(**changes))
+        schemas.validate(studies.get("diagnose"), quick_config(**changes))

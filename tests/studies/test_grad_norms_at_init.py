@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 import normjax
+from normjax import studies
 from normjax.probes import param_probes
 from normjax.report import CLAIMS, VERDICTS
 from normjax.studies import ffn_gradients as probe
@@ -83,7 +84,7 @@ def test_one_batch_norm_of_mean_is_the_batch_norm():
 @pytest.mark.parametrize("preset", ["quick", "standard", "paper"])
 def test_presets_are_valid_with_three_seeds_or_more(preset):
     config = presets.get_config(preset)
-    schemas.validate("grad_norms_at_init", config)
+    schemas.validate(studies.get("grad_norms_at_init"), config)
     assert config.num_seeds >= 3
 
 

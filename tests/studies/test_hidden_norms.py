@@ -3,6 +3,7 @@
 import ml_collections
 import numpy as np
 
+from normjax import studies
 from normjax.report import CLAIMS, VERDICTS
 from normjax.report.claims import CONSTRUCTION
 from normjax.studies import runner
@@ -111,5 +112,5 @@ def test_every_preset_validates_with_three_seeds_and_another_seed():
         config = presets.get_config(name)
         assert config.num_seeds >= MIN_SEEDS, name
         config.seed = 1  # --config.seed=1: seeds 1 .. num_seeds
-        schemas.validate("hidden_norms", config)
+        schemas.validate(studies.get("hidden_norms"), config)
         assert seeds(config) == list(range(1, 1 + config.num_seeds))

@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 import normjax
+from normjax import studies
 from normjax.report import Verdict
 from normjax.report.claims import CONSTRUCTION
 from normjax.studies import runner
@@ -122,7 +123,7 @@ def test_matrix_free_path_matches_exact(x64):
 @pytest.mark.parametrize("preset", ["quick", "standard", "paper"])
 def test_presets_are_valid_with_three_seeds_or_more(preset):
     config = presets.get_config(preset)
-    schemas.validate("jacobian_spectrum", config)
+    schemas.validate(studies.get("jacobian_spectrum"), config)
     assert config.num_seeds >= 3
 
 

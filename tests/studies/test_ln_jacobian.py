@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 import normjax
+from normjax import studies
 from normjax.jacobian import norm_jacobians
 from normjax.probes import model_probes
 from normjax.report import CLAIMS, VERDICTS
@@ -91,7 +92,7 @@ def test_autodiff_jacobian_equals_closed_form_on_a_large_batch():
 @pytest.mark.parametrize("preset", ["quick", "standard", "paper"])
 def test_presets_are_valid_with_three_seeds_or_more(preset):
     config = presets.get_config(preset)
-    schemas.validate("ln_jacobian", config)
+    schemas.validate(studies.get("ln_jacobian"), config)
     assert config.num_seeds >= 3
 
 
