@@ -18,7 +18,12 @@ from normjax.train.config_schema import DataConfig, RunConfig, TrainConfig
 from normjax.train.data_text import IWSLT_FILES
 
 SECTIONS = ("model", "data", "train", "sweep")
-_TASK_ARCH = {"synthetic": "encoder_decoder", "iwslt14": "encoder_decoder", "bytes_lm": "decoder"}
+_TASK_ARCH = {
+    "synthetic": "encoder_decoder",
+    "iwslt14": "encoder_decoder",
+    "gettext": "encoder_decoder",
+    "bytes_lm": "decoder",
+}
 
 
 class ConfigError(ValueError):
@@ -150,6 +155,39 @@ def _check_data(data: DataConfig) -> None:
             )
     if data.task == "bytes_lm" and data.path and not os.path.isdir(data.path):
         raise ConfigError(f"config.data.path={data.path!r} is not a folder")
+    if data.task == "gettext":
+        from normjax.train.data_gettext import MANIFEST  # not at the top: see gettext_spec
+
+        if data.src_lang == data.tgt_lang:
+            raise ConfigError(f"config.data.src_lang and tgt_lang are both {data.src_lang!r}; give two languages")
+        gettext_spec(data)
+        if data.path and not os.path.isfile(os.path.join(data.path, MANIFEST)):
+            raise ConfigError(
+                f"config.data.path={data.path!r} must be a corpus folder with {MANIFEST} (python -m "
+                "normjax.train.data_gettext --out=FOLDER), or empty to build one from this machine's catalogs"
+            )
+        if data.path and data.catalog_prefixes:
+            raise ConfigError(
+                f"config.data.catalog_prefixes={data.catalog_prefixes!r} builds a corpus, but config.data.path="
+                f"{data.path!r} is one already built; give one of the two"
+            )
+
+
+def gettext_spec(data: DataConfig):
+    """The data_gettext.CorpusSpec a run builds when config.data.path is empty (other settings: its defaults)."""
+    # imported on use, so `python -m normjax.train.data_gettext` runs a module the package has not imported
+    from normjax.train.data_gettext import CorpusSpec
+
+    try:
+        return CorpusSpec(
+            data.src_lang,
+            data.tgt_lang,
+            data.catalog_prefixes,
+            vocab_size=data.bpe_vocab_size,
+            min_pairs=data.min_pairs,
+        )
+    except ValueError as e:
+        raise ConfigError(f"config.data (gettext): {e}") from None
 
 
 def sequence_length(data: DataConfig) -> int:

@@ -7,7 +7,7 @@ import math
 from normjax.train.optimizers import OPTIMIZERS
 from normjax.train.schedules import SCHEDULES
 
-TASKS = ("synthetic", "bytes_lm", "iwslt14")
+TASKS = ("synthetic", "bytes_lm", "iwslt14", "gettext")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,12 +58,15 @@ def _f(default, lo=None, hi=None, choices=None, lo_open=False, kind=None):
 
 
 _BUCKETS = Spec(tuple, item=Spec(int, lo=2), nonempty=False)
+_PREFIXES = Spec(tuple, item=Spec(str), nonempty=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     task: str = _f("synthetic", choices=TASKS)
-    path: str = _f("")  # iwslt14: folder of {train,valid,test}.{de,en}; bytes_lm: text folder ("" = stdlib)
+    # iwslt14: folder of {train,valid,test}.{de,en}; bytes_lm: text folder ("" = stdlib); gettext: a folder
+    # built by normjax.train.data_gettext ("" = built from this machine's catalogs into the cache)
+    path: str = _f("")
     max_len: int = _f(32, lo=2)  # longest sequence kept (eos included); the largest bucket
     # extra, smaller padded lengths (each its own compiled shape)
     buckets: tuple = dataclasses.field(default=(), metadata={"spec": _BUCKETS})
@@ -73,6 +76,10 @@ class DataConfig:
     min_count: int = _f(1, lo=1)  # iwslt14 vocabulary
     src_lang: str = _f("de")
     tgt_lang: str = _f("en")
+    # gettext, when it builds its corpus (data.path ""): install prefixes (() = Python's, /usr/local, /usr)
+    catalog_prefixes: tuple = dataclasses.field(default=(), metadata={"spec": _PREFIXES})
+    min_pairs: int = _f(1000, lo=1)
+    bpe_vocab_size: int = _f(8000, lo=8)
     num_train: int = _f(50_000, lo=1)  # synthetic
     num_valid: int = _f(500, lo=1)
     num_test: int = _f(500, lo=1)

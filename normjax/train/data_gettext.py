@@ -10,14 +10,19 @@ import json
 import os
 import platform
 import re
+import shutil
 import struct
 import sys
+import tempfile
 
+import numpy as np
 import sentencepiece as spm
 
-from normjax.train.data_text import DataError
+from normjax.train.data_text import DataError, read_lines
+from normjax.train.vocab import SubwordVocab
 
 SPLITS = ("train", "valid", "test")
+MANIFEST = "manifest.json"
 MO_MAGIC = 0x950412DE
 # printf (%s, %-10lu, %1$s, %(name)s), brace ({0}, {name}, {}) and shell ($HOME, ${x}) placeholders
 PLACEHOLDER = re.compile(
@@ -232,9 +237,109 @@ def build_corpus(spec: CorpusSpec, out: str) -> dict:
         },
         "versions": {"python": platform.python_version(), "sentencepiece": spm.__version__},
     }
-    with open(os.path.join(out, "manifest.json"), "w") as f:
+    with open(os.path.join(out, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=1)
     return manifest
+
+
+def cache_root() -> str:
+    """$NORMJAX_CACHE, else $XDG_CACHE_HOME/normjax, else ~/.cache/normjax."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get("NORMJAX_CACHE") or os.path.join(xdg, "normjax")
+
+
+def _sha256_file(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def cached_corpus(spec: CorpusSpec) -> str:
+    """The folder of `spec`'s corpus built from this machine's catalogs: cache_root()/gettext-SRC-TGT-KEY,
+    KEY a hash of the settings and of every catalog's path and sha256 (other catalogs or settings: another
+    folder). An existing folder is reused; a new one is built in a temporary folder and renamed into place
+    (of concurrent builders the first rename wins; the others' identical builds are discarded).
+
+    Raises:
+      DataError: fewer than spec.min_pairs pairs (one line: how many, and the folders looked in).
+    """
+    found, _ = _catalogs(spec)
+    key = hashlib.sha256(json.dumps(dataclasses.asdict(spec), sort_keys=True).encode())
+    for path in sorted(p for paths in found.values() for p in paths):
+        key.update(f"{path}\0{_sha256_file(path)}\0".encode())
+    folder = os.path.join(cache_root(), f"gettext-{spec.src}-{spec.tgt}-{key.hexdigest()[:12]}")
+    if os.path.isfile(os.path.join(folder, MANIFEST)):
+        return folder
+    os.makedirs(cache_root(), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{os.getpid()}-", dir=cache_root())
+    try:
+        build_corpus(spec, tmp)
+        os.rename(tmp, folder)
+    except OSError:
+        if not os.path.isfile(os.path.join(folder, MANIFEST)):
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def _check_files(folder: str, manifest: dict) -> None:
+    """Raises DataError when a split file or the tokenizer is missing or differs from the manifest's sha256."""
+    want = manifest["files"] | {manifest["tokenizer"]["file"]: manifest["tokenizer"]["sha256"]}
+    for name, sha in want.items():
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path) or _sha256_file(path) != sha:
+            what = "is missing" if not os.path.isfile(path) else "differs from the sha256 in its manifest.json"
+            raise DataError(f"{path} {what}; rebuild the corpus (python -m normjax.train.data_gettext --out=...)")
+
+
+def load_corpus(folder: str, src: str = "de", tgt: str = "en"):
+    """A corpus written by build_corpus, its files checked against its manifest, tokenized with its model.
+
+    Returns:
+      (vocab, splits, references, record): a SubwordVocab; {"train"|"valid"|"test": list of (src_ids,
+      tgt_ids)} without bos/eos; {"valid"|"test": raw target lines} for BLEU; and what names the data for
+      summary.json: {"path", "manifest_sha256" (of manifest.json's bytes), "pairs", "tokenizer_sha256",
+      "vocab_size"}.
+
+    Raises:
+      DataError: another language pair, a missing or changed file, or split files of unequal length.
+    """
+    path = os.path.join(folder, MANIFEST)
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        manifest = json.loads(raw)
+        built = (manifest["settings"]["src"], manifest["settings"]["tgt"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{path} is not a corpus manifest ({type(e).__name__}: {e})") from None
+    if built != (src, tgt):
+        raise DataError(f"{folder} is a {built[0]}-{built[1]} corpus but config.data.src_lang/tgt_lang are {src}-{tgt}")
+    _check_files(folder, manifest)
+    with open(os.path.join(folder, manifest["tokenizer"]["file"]), "rb") as f:
+        try:
+            vocab = SubwordVocab(f.read())
+        except ValueError as e:
+            raise DataError(f"{f.name}: {e}") from None
+    lines = {name: [read_lines(os.path.join(folder, f"{name}.{lang}")) for lang in (src, tgt)] for name in SPLITS}
+    for name, (s, t) in lines.items():
+        if not len(s) == len(t) == manifest["pairs"][name]:
+            raise DataError(
+                f"{folder}: {name} has {len(s)} {src} and {len(t)} {tgt} lines, manifest says {manifest['pairs'][name]}"
+            )
+    splits = {
+        name: [
+            (np.asarray(a, np.int32), np.asarray(b, np.int32)) for a, b in zip(*map(vocab.encode_all, st), strict=True)
+        ]
+        for name, st in lines.items()
+    }
+    record = {
+        "path": os.path.abspath(folder),
+        "manifest_sha256": hashlib.sha256(raw).hexdigest(),
+        "pairs": manifest["pairs"],
+        "tokenizer_sha256": manifest["tokenizer"]["sha256"],
+        "vocab_size": len(vocab),
+    }
+    return vocab, splits, {name: lines[name][1] for name in ("valid", "test")}, record
 
 
 def main(argv=None) -> int:

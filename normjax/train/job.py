@@ -329,7 +329,7 @@ class Job:
         s, task, g = self.state, self.task, self.spec.graphdef
         fn = lambda p, c, src, mask: self.fns.decode(g, p, c, src, mask, task.max_len)
         hyps, refs = decode.translate(fn, s.params, s.consts, task.bleu, task.vocab, task.references, task.strip_bpe)
-        return {"valid/bleu": decode.corpus_bleu(hyps, refs)}
+        return {f"{task.bleu_split}/bleu": decode.corpus_bleu(hyps, refs)}
 
     def diagnostics(self) -> dict:
         """On the first validation batch: the same probe at every step, one compiled shape."""
@@ -382,6 +382,7 @@ class Job:
                 "wall_time_s": elapsed,
                 "steps_per_s": (step - self.start) / max(elapsed, 1e-9),
             }
+            | ({"data": self.task.record} if self.task.record else {})
         )
         if self.main:
             records.write_json(os.path.join(self.workdir, "summary.json"), summary)

@@ -8,9 +8,9 @@ from absl import logging
 
 from normjax.train import data_text
 from normjax.train.batching import BatchSpec, LMBatches, Seq2SeqBatches
-from normjax.train.config_io import DataConfig
+from normjax.train.config_io import DataConfig, gettext_spec
 from normjax.train.data_synthetic import SyntheticSpec, make_synthetic
-from normjax.train.vocab import EOS, Vocab
+from normjax.train.vocab import EOS, SubwordVocab, Vocab
 
 
 @dataclasses.dataclass
@@ -18,13 +18,15 @@ class Task:
     """kind "seq2seq" or "lm"; `train.batch(pos)` is batch number pos; `valid` is unshuffled."""
 
     kind: str
-    vocab: Vocab
+    vocab: Vocab | SubwordVocab
     train: Seq2SeqBatches | LMBatches
     valid: Seq2SeqBatches | LMBatches
-    bleu: Seq2SeqBatches | None = None  # the first valid pairs, for greedy decoding
-    references: list[str] | None = None  # raw reference lines by valid index (None: decode tgt ids)
+    bleu: Seq2SeqBatches | None = None  # the first pairs of `bleu_split`, for greedy decoding
+    references: list[str] | None = None  # raw reference lines by index in bleu_split (None: decode tgt ids)
     strip_bpe: bool = False
     max_len: int = 0  # longest padded target (the decoding length)
+    bleu_split: str = "valid"  # BLEU is logged as f"{bleu_split}/bleu"
+    record: dict | None = None  # what names the data (gettext: its manifest's sha256), for summary.json
 
 
 @functools.lru_cache(maxsize=2)
@@ -38,8 +40,13 @@ def _parallel(data: DataConfig):
             max_len=data.max_len,
         )
         vocab, splits = make_synthetic(spec)
-        return vocab, splits, None
-    return data_text.load_parallel(data.path, data.src_lang, data.tgt_lang, data.min_count)
+        return vocab, splits, None, None
+    if data.task == "gettext":
+        from normjax.train import data_gettext  # on use: see config_io.gettext_spec
+
+        folder = data.path or data_gettext.cached_corpus(gettext_spec(data))
+        return data_gettext.load_corpus(folder, data.src_lang, data.tgt_lang)
+    return *data_text.load_parallel(data.path, data.src_lang, data.tgt_lang, data.min_count), None
 
 
 @functools.lru_cache(maxsize=2)
@@ -58,19 +65,20 @@ def load_task(data: DataConfig, batch: BatchSpec, seed: int, bleu_examples: int 
             LMBatches(stream["valid"], data.seq_len, batch, shuffle=False),
             max_len=data.seq_len,
         )
-    vocab, splits, refs = _parallel(data)
+    vocab, splits, refs, record = _parallel(data)
     batch = dataclasses.replace(batch, buckets=tuple(sorted(set(data.buckets) | {data.max_len})))
     valid = Seq2SeqBatches(splits["valid"], batch, shuffle=False)
-    bleu = None
+    bleu, bleu_split = None, "test" if data.task == "gettext" else "valid"  # gettext: BLEU on held-out test
     if bleu_examples:
-        bleu = Seq2SeqBatches(splits["valid"][:bleu_examples], batch, shuffle=False)
+        bleu = Seq2SeqBatches(splits[bleu_split][:bleu_examples], batch, shuffle=False)
     train = Seq2SeqBatches(splits["train"], batch, seed)
-    for name, split in (("train", train), ("valid", valid)):
+    checked = [("train", train), ("valid", valid)] + ([(bleu_split, bleu)] if bleu and bleu_split != "valid" else [])
+    for name, split in checked:
         if split.num_dropped:
             logging.warning(
                 "data: %d of %d %s pairs are empty or longer than data.max_len=%d; skipped",
                 split.num_dropped,
-                len(splits[name]),
+                len(split.pairs) + split.num_dropped,
                 name,
                 data.max_len,
             )
@@ -80,9 +88,11 @@ def load_task(data: DataConfig, batch: BatchSpec, seed: int, bleu_examples: int 
         train=train,
         valid=valid,
         bleu=bleu,
-        references=None if refs is None else refs["valid"],
+        references=None if refs is None else refs[bleu_split],
         strip_bpe=data.task == "iwslt14",
         max_len=data.max_len,
+        bleu_split=bleu_split,
+        record=record,
     )
 
 

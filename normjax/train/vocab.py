@@ -1,13 +1,25 @@
-"""Token vocabularies: special tokens pad=0, bos=1, eos=2, unk=3, then words."""
+"""Token vocabularies: special tokens pad=0, bos=1, eos=2, unk=3, then words (or sentencepiece pieces)."""
 
 import collections
 import dataclasses
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+import sentencepiece as spm
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
+
+
+def content_ids(ids: Sequence[int]) -> list[int]:
+    """The ids before the first eos, specials left out."""
+    out = []
+    for i in ids:
+        if int(i) == EOS:
+            break
+        if int(i) >= len(SPECIALS):
+            out.append(int(i))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,11 +53,34 @@ class Vocab:
 
     def decode(self, ids: Sequence[int], strip_bpe: bool = False) -> str:
         """Ids up to the first eos, no specials, joined by spaces; optionally undoes `@@ ` BPE."""
-        words = []
-        for i in ids:
-            if int(i) == EOS:
-                break
-            if int(i) >= len(SPECIALS):
-                words.append(self.tokens[int(i)])
-        text = " ".join(words)
+        text = " ".join(self.tokens[i] for i in content_ids(ids))
         return text.replace("@@ ", "").removesuffix("@@") if strip_bpe else text
+
+
+class SubwordVocab:
+    """A sentencepiece model (serialized bytes) as a vocabulary: text in, ids out, detokenized text back.
+
+    Its ids must be normjax's specials (pad 0, bos 1, eos 2, unk 3), as `data_gettext.train_bpe` makes them.
+    """
+
+    def __init__(self, model: bytes):
+        self.sp = spm.SentencePieceProcessor(model_proto=model)
+        ids = (self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id(), self.sp.unk_id())
+        if ids != (PAD, BOS, EOS, UNK):
+            raise ValueError(f"the sentencepiece model's pad/bos/eos/unk ids are {ids}, not {(PAD, BOS, EOS, UNK)}")
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, line: str) -> np.ndarray:
+        """Subword ids of one line, no bos/eos."""
+        return np.array(self.sp.encode(line), np.int32)
+
+    def encode_all(self, lines: Sequence[str]) -> list[list[int]]:
+        """Subword ids of many lines at once (sentencepiece's batch encoder)."""
+        return self.sp.encode(list(lines))
+
+    def decode(self, ids: Sequence[int], strip_bpe: bool = False) -> str:
+        """Detokenized text of the ids up to the first eos, without specials (unk included, as Vocab.decode);
+        `strip_bpe` is ignored: sentencepiece's decoder undoes its own subwords."""
+        return self.sp.decode(content_ids(ids))
