@@ -1,5 +1,7 @@
 """The training loop: one run, or runs sharing shapes in lockstep with one vmapped step."""
 
+import threading
+
 import jax
 import jax.numpy as jnp
 from tqdm.auto import tqdm
@@ -8,6 +10,8 @@ from normjax.train import sharding
 from normjax.train.config_io import RunConfig
 from normjax.train.config_schema import shape_key
 from normjax.train.job import Job, compiled, finished_summary
+
+STOP = threading.Event()  # set: every loop of this process stops at its next step (a Ctrl-C to a threaded sweep)
 
 
 def run_job(
@@ -103,6 +107,8 @@ def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: b
         dynamic_ncols=True,
     )
     while step < t.num_steps and active:
+        if STOP.is_set():
+            raise KeyboardInterrupt(f"{desc or 'run'} stopped at step {step}")  # resumes from its checkpoint
         if vmapped:
             batch = {k: jnp.stack(v) for k, v in _stack([j.host_batch(step) for j in jobs]).items()}
             state, metrics = fns.vtrain(jobs[0].spec, state, sharding.shard_batch(batch, mesh, 1))

@@ -11,7 +11,7 @@ from normjax.train import records
 from normjax.train.config_io import ConfigError, RunConfig, as_dict, parse, path_component, set_path
 from normjax.train.config_schema import shape_key
 from normjax.train.job import read_summary, with_unigram
-from normjax.train.loop import run_group, run_job
+from normjax.train.loop import STOP, run_group, run_job
 from normjax.train.outcomes import STALL_FRACTION
 from normjax.train.workers import PARALLEL, choose_workers, run_side_by_side
 
@@ -149,7 +149,7 @@ def run_sweep(
             common | dict(selected=mine[j::count], label=f"sweep {i}/{n} worker {j}/{count}", position=2 * j)
             for j in range(count)
         ]
-        run_side_by_side(train_runs, calls, count, parallel)
+        run_side_by_side(train_runs, calls, count, parallel, stop=STOP)
     return write_status(runs, workdir)
 
 

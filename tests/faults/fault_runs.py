@@ -3,6 +3,7 @@
 import os
 import pathlib
 import sys
+import time
 
 from normjax.studies import runner
 from normjax.train import records
@@ -100,3 +101,13 @@ def interrupted_study(workdir, config: dict, compute) -> pathlib.Path:
     study.open_partial()
     compute(config, study)
     return pathlib.Path(study.path) / "partial"
+
+
+def hold_lock(folder: str) -> None:
+    """A sweep worker's stand-in: takes the lock of `folder`, says so, and works until it is killed."""
+    from normjax.io import FolderLock
+
+    lock = FolderLock(folder)
+    print(f"worker {os.getpid()} holds {folder}", flush=True)
+    while lock:
+        time.sleep(0.1)
