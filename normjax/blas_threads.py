@@ -10,11 +10,14 @@ MAIN_PREFIXES = ("normjax.", "experiments.")  # installed mains, and the reposit
 
 
 def main_module(argv: list[str]) -> str | None:
-    """The module a `python [options] -m MODULE ...` command line runs (None for a script or `-c`)."""
-    for i, arg in enumerate(argv[1:], 1):
-        if arg == "-m" and i + 1 < len(argv):
-            return argv[i + 1]
-        if not arg.startswith("-") or arg == "-c":
+    """The module a `python [options] -m MODULE ...` command line runs (None for a script, `-c` or the REPL)."""
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, None)
+        if arg in ("-X", "-W", "--check-hash-based-pycs"):  # options whose value is the next argument
+            next(args, None)
+        elif arg == "-c" or not arg.startswith("-"):
             return None
     return None
 
