@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
+SOURCES = {
+    "paper": "a number the paper states",
+    "theory": "a consequence of the math or of float rounding and sampling error",
+    "convention": "an effect size chosen before the data (e.g. 2x, 10%), not read off any seed",
+    "judged seeds": "set near values measured on seeds that the presets also judge (to be re-derived from pilot "
+    "seeds >= 1000)",
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Threshold:
@@ -11,6 +19,7 @@ class Threshold:
 
     value: float
     why: str
+    source: str = ""  # where the value comes from: one of SOURCES ("" when not stated)
 
     def __float__(self) -> float:
         return float(self.value)

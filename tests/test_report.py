@@ -1,4 +1,4 @@
-"""The report builder: rules judge results.json when the report is built; every claim gets a row."""
+"""The report builder: rules judge results.json when the report is built; one verdict per claim, with its rows."""
 
 import os
 import pathlib
@@ -11,7 +11,8 @@ import pytest
 from normjax import studies
 from normjax.io import CorruptFileError, write_json
 from normjax.report import CLAIMS, verdict_row
-from normjax.report.claims import CONSTRUCTION
+from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE
+from normjax.report.rules import Threshold, combine, mean_ci
 from normjax.studies import claims_doc, runner
 from normjax.studies.hidden_norms import measure as hidden_norms
 from normjax.studies.report import build_report
@@ -31,7 +32,12 @@ def fake_rules(monkeypatch):
     return module
 
 
-def _study(tmp_path, name, rows, figures=(), provenance=None):
+def _study(tmp_path, name, rows, figures=(), provenance=None, results=None):
+    """A results.json of `name` whose rules return `rows`; of `figures` the PNGs are written, the rest not."""
+    os.makedirs(tmp_path / name, exist_ok=True)
+    for figure in figures:
+        if figure.endswith(".png"):
+            (tmp_path / name / figure).write_bytes(b"png")
     write_json(
         str(tmp_path / name / "results.json"),
         {
@@ -40,7 +46,7 @@ def _study(tmp_path, name, rows, figures=(), provenance=None):
             "provenance": {"preset": "quick", "differs": []} if provenance is None else provenance,
             "wall_time_s": 1.0,
             "figures": list(figures),
-            "results": {"rows": rows, "discussion": f"{name} discussion."},
+            "results": {"rows": rows, "discussion": f"{name} discussion."} | (results or {}),
         },
     )
 
@@ -77,13 +83,15 @@ def test_report_has_a_row_per_claim_and_keeps_negative_verdicts(tmp_path, fake_r
     )
     text = _report(tmp_path)
     for claim in CLAIMS:
-        assert f"| {claim}: " in text, claim
+        assert f"| {claim}: " in text and f"\n| {claim} | " in text, claim  # its section row and its summary row
     x5 = next(line for line in text.splitlines() if line.startswith("| X5: "))
     assert "**does not hold**" in x5 and "slope -0.12 +- 0.02 (alpha)" in x5
     assert "[fit.png](alpha/fit.png)" in x5
-    assert "| X5 | **does not hold** | slope -0.12 [-0.16, -0.08] (3 seeds) | alpha |" in text  # summary table
-    assert "empirical: 1 holds, 1 does not hold, 1 not testable at this scale; 1 verified by construction" in text
-    assert f"{len(CLAIMS) - 4} claims not run" in text
+    assert "| X5 | **does not hold** | does not hold: slope -0.12 [-0.16, -0.08] (3 seeds) (alpha) |" in text
+    assert (
+        f"{len(CLAIMS)} claims; empirical: 1 holds, 1 does not hold, 1 not testable at this scale; 1 verified by "
+        f"construction; {len(CLAIMS) - 4} not run" in text
+    )
     assert "Preset :quick." in text
     assert "![alpha: fit.png](alpha/fit.png)" in text and "fit.pdf)" not in text
     assert "beta discussion." in text
@@ -106,7 +114,7 @@ def test_a_run_that_is_not_its_preset_is_marked_with_the_differing_keys(tmp_path
     _study(tmp_path, "beta", [verdict_row("S6", "same", "1.0", "holds", "r")], provenance={})
     text = _report(tmp_path)
     assert "| S4 | holds (*differs from :quick in train.num_steps, seed*) |" in text
-    assert "| S6 | holds (*run without a recorded preset*) |" in text
+    assert "| S6 | holds (*run without a recorded preset*) (*machine-dependent: CPU time" in text
 
 
 def test_results_the_current_rules_cannot_read_are_an_error_naming_the_file(tmp_path):
@@ -183,3 +191,85 @@ def test_report_cli_refuses_a_wall_time_that_is_not_a_duration(tmp_path, bad):
         env=os.environ | {"PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode != 0 and "--wall_time_s" in proc.stderr and not (tmp_path / "REPORT.md").exists()
+
+
+def test_a_claim_gets_one_verdict_from_its_rows_across_studies(tmp_path, fake_rules):
+    """S1 holds in one study and not in another: one row for S1, 'partly holds', counted once."""
+    _study(tmp_path, "alpha", [verdict_row("S1", "p", "grows", "holds", "r", key="slope +0.4")])
+    _study(tmp_path, "beta", [verdict_row("S1", "p", "flat", "does not hold", "r", key="e 0.02")])
+    text = _report(tmp_path)
+    assert "| S1 | partly holds | holds: slope +0.4 (alpha); does not hold: e 0.02 (beta) |" in text
+    assert f"{len(CLAIMS)} claims; empirical: 1 partly holds; 0 verified by construction" in text
+    assert "| S1: " in text and "| S1 (evidence 2) |" in text  # the rows stay as evidence under the claim
+
+
+def test_a_claim_whose_interval_straddles_its_threshold_is_inconclusive(tmp_path, fake_rules):
+    """A rule on the interval of the stored values: mean 0.42 above 0.2, interval across it -> inconclusive."""
+    fake_rules.verdicts = lambda results: [
+        verdict_row("D2", "grows", "slope", combine([mean_ci(results["slopes"]).above(0.2)]), "interval above 0.2")
+    ]
+    _study(tmp_path, "alpha", [], results={"slopes": [-0.2, 0.35, 1.1]})
+    _study(tmp_path, "beta", [], results={"slopes": [2.0, 2.1, 2.2]})
+    fake_rules.verdicts = lambda results: [
+        verdict_row(
+            "D2" if max(results["slopes"]) < 2 else "S4", "grows", "slope",
+            combine([mean_ci(results["slopes"]).above(0.2)]), "interval above 0.2",
+        )
+    ]  # fmt: skip
+    text = _report(tmp_path)
+    assert f"| D2 | {INCONCLUSIVE} |" in text and "| S4 | holds |" in text
+
+
+@pytest.fixture
+def thresholded(monkeypatch):
+    """A study 'gamma' whose rule reads its THRESHOLDS when it runs: CUT decides, UNUSED reaches nothing."""
+    table = {
+        "CUT": Threshold(1.0, "a test cut"),
+        "UNUSED": Threshold(5.0, "read by no rule"),
+        "ZERO": Threshold(0.0, ""),
+    }
+
+    def rules(results):
+        est = mean_ci(results["values"])
+        cut = table["CUT"].value
+        return [verdict_row("R6", "above CUT", est.text(), combine([est.above(cut)]), f"interval above {cut:g}")]
+
+    fake = studies.Study("gamma", types.ModuleType("g"), types.ModuleType("g"), rules, table, claims=("R6",))
+    monkeypatch.setitem(studies.BY_NAME, "gamma", fake)
+    return table
+
+
+def test_sensitivity_table_lists_what_flips_when_a_threshold_moves(tmp_path, thresholded):
+    """Values 1.1-1.3: above 1.0 (holds); at 1.25 the interval straddles (inconclusive); at 0.75 still holds."""
+    _study(tmp_path, "gamma", [], results={"values": [1.15, 1.2, 1.25]})
+    text = _report(tmp_path)
+    assert (
+        f"| `CUT` (gamma) | 1 | no flip | R6 (gamma): holds -> {INCONCLUSIVE}; claim R6: holds -> {INCONCLUSIVE} |"
+        in text
+    )
+    assert "| `UNUSED` (gamma) | 5 | no row changes | no row changes |" in text
+    assert "| `ZERO` (gamma) | 0 | not moved (its value is 0) |" in text
+    assert thresholded["CUT"].value == 1.0  # restored after the table
+
+
+def test_header_wall_time_is_the_sum_of_the_studies_with_their_sweeps(tmp_path, fake_rules):
+    _study(tmp_path, "alpha", [verdict_row("S4", "grows", "ratio 19", "holds", "r")])
+    _study(tmp_path, "beta", [verdict_row("S6", "same", "1.0", "holds", "r")])
+    write_json(str(tmp_path / "beta" / "sweep.json"), {"runs": [{"summary": {"wall_time_s": 58.0}}, {"summary": {}}]})
+    text = _report(tmp_path)
+    assert "1.0 min of study wall time, sweeps included" in text  # 1 + 1 + 58 s
+    assert "Wall time 59 s (1 s analysis + 58 s of sweep runs)" in text
+
+
+def test_results_json_lists_only_figures_that_exist_and_records_provenance(tmp_path):
+    study = runner.StudyDir(str(tmp_path), "alpha", {"train": {"num_steps": 7}})
+    os.makedirs(study.path)
+    (tmp_path / "alpha" / "fit.png").write_bytes(b"png")
+    saved = study.save(
+        {}, [study.figure_stem("fit") + ".png", study.figure_stem("fit") + ".pdf"], 1.0,
+        {"preset": "quick", "differs": ["train.num_steps"]},
+    )  # fmt: skip
+    assert saved["figures"] == ["fit.png"]
+    provenance = saved["provenance"]
+    assert provenance["preset"] == "quick" and provenance["overrides"] == {"train.num_steps": 7}
+    assert {"python", "jax", "flax", "numpy"} <= set(provenance["versions"])

@@ -1,13 +1,17 @@
-"""The shared rule helpers: the all/some/none combinator and across-seed intervals that noise cannot pass."""
+"""The shared rule helpers: three-valued checks, their combinator, and across-seed intervals that noise cannot pass."""
 
 import math
 
 import ml_collections
 import numpy as np
 import pytest
+from scipy import stats
 
-from normjax.report.rules import combine, mean_ci
+from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE, NOT_TESTABLE
+from normjax.report.rules import Check, check, claim_verdict, combine, every, mean_ci, power_note, seeds_needed, some
 from normjax.studies.seeds import seeds
+
+S, C, I = Check.SUPPORTED, Check.CONTRADICTED, Check.INCONCLUSIVE
 
 
 def test_combine_all_some_none():
@@ -16,6 +20,65 @@ def test_combine_all_some_none():
     assert combine([False, False]) == "does not hold"
     with pytest.raises(ValueError, match="at least one check"):
         combine([])
+
+
+@pytest.mark.parametrize(
+    "checks, verdict",
+    [
+        ([S, S], "holds"),
+        ([S, C], "partly holds"),
+        ([S, C, I], "partly holds"),  # a real contradiction beside a real support
+        ([C, C], "does not hold"),
+        ([C, I], "does not hold"),
+        ([I], INCONCLUSIVE),
+        ([S, I], INCONCLUSIVE),  # an unresolved part never makes a claim 'partly' hold
+        ([I, I, S, S], INCONCLUSIVE),
+    ],
+)
+def test_three_valued_combinator(checks, verdict):
+    assert combine(checks) == verdict
+
+
+def test_kleene_and_or_not():
+    for a in (S, C, I):
+        assert a & S == a and a | C == a and (a & C) is C and (a | S) is S and ~~a is a
+    assert (I & I) is I and (I | I) is I and ~I is I and ~S is C
+    assert every([S, I, S]) is I and every([S, I, C]) is C and some([C, I]) is I and some([C, C]) is C
+    assert check(True) is S and check(False) is C and check(I) is I
+    assert bool(S) and not bool(I) and not bool(C)  # a two-valued reader sees 'passes' only when supported
+
+
+def test_claim_verdict_combines_rows_across_studies():
+    assert claim_verdict(["holds", "does not hold"]) == "partly holds"
+    assert claim_verdict(["holds", CONSTRUCTION]) == "holds"
+    assert claim_verdict([CONSTRUCTION, CONSTRUCTION]) == CONSTRUCTION
+    assert claim_verdict(["holds", INCONCLUSIVE]) == INCONCLUSIVE
+    assert claim_verdict(["partly holds", INCONCLUSIVE]) == "partly holds"
+    assert claim_verdict(["does not hold", NOT_TESTABLE]) == "does not hold"  # a row that measured nothing adds nothing
+    assert claim_verdict([NOT_TESTABLE]) == NOT_TESTABLE
+
+
+def test_an_interval_that_straddles_its_threshold_is_inconclusive_not_a_failure():
+    """D2's case: mean above the threshold, interval [-0.51, 1.34] across it: neither support nor contradiction."""
+    noisy = mean_ci([-0.2, 0.35, 1.1])
+    assert noisy.lo < 0.2 < noisy.hi
+    assert noisy.above(0.2) is I and noisy.below(0.2) is I and noisy.within(0.1, 0.3) is I
+    assert combine([noisy.above(0.2)]) == INCONCLUSIVE
+    assert combine([noisy.above(0.2), mean_ci([2.0, 2.1, 2.2]).above(0.2)]) == INCONCLUSIVE
+    assert mean_ci([2.0, 2.1, 2.2]).below(0.2) is C and mean_ci([2.0, 2.1, 2.2]).within(0.0, 1.0) is C
+
+
+def test_a_band_narrower_than_the_interval_is_underpowered():
+    """S2's premise: a [0.4, 0.6] band that 5 seeds of this spread cannot resolve is inconclusive, with the seed
+    count that would resolve it; the count is where the t interval's width first drops below the band's."""
+    est = mean_ci([0.40, 0.72, 0.55, 0.60, 0.50])
+    assert est.within(0.4, 0.6) is I and est.underpowered(0.4, 0.6)
+    n = seeds_needed(est, 0.4, 0.6)
+    s = (est.hi - est.lo) * math.sqrt(est.n) / (2 * 2.7764451)  # t_{0.975, 4}
+    assert n > est.n and "underpowered" in power_note("e", est, 0.4, 0.6)
+    width = lambda m: 2 * stats.t.ppf(0.975, m - 1) * s / math.sqrt(m)  # noqa: E731
+    assert width(n) < 0.2 <= width(n - 1)
+    assert power_note("e", mean_ci([0.5, 0.51, 0.49]), 0.4, 0.6) == ""
 
 
 def test_mean_ci_is_the_student_t_interval():
@@ -28,19 +91,19 @@ def test_mean_ci_is_the_student_t_interval():
 def test_a_noisy_measurement_whose_mean_passes_does_not_pass():
     """Mean 0.52 clears a 0.5 threshold, but its interval straddles it: neither above nor below."""
     noisy = mean_ci([0.2, 0.9, 0.46])
-    assert noisy.mean > 0.5 and not noisy.above(0.5) and not noisy.below(0.5)
+    assert noisy.mean > 0.5 and noisy.above(0.5) is I and noisy.below(0.5) is I
     clean = mean_ci([0.61, 0.62, 0.63])
     assert clean.above(0.5) and clean.within(0.55, 0.7) and not clean.within(0.62, 0.7)
 
 
 def test_one_seed_or_non_finite_values_never_pass():
     one = mean_ci([0.9])
-    assert one.n == 1 and math.isnan(one.lo) and not one.above(0.0) and not one.within(-1, 1)
+    assert one.n == 1 and math.isnan(one.lo) and one.above(0.0) is I and one.within(-1, 1) is I
     assert "1 seed, no interval" in one.text()
     assert mean_ci([np.nan, None, 1.0, 1.0]).n == 2  # nan and None are dropped, and the count says so
     dropped = mean_ci([np.nan, 5.0, 5.01])  # 3 seeds, one non-finite: 2 values left, too few to pass anything
-    assert dropped.n == 2 and not dropped.above(0.0) and not dropped.within(4.0, 6.0)
-    assert mean_ci([]).n == 0 and not mean_ci([]).above(-math.inf)
+    assert dropped.n == 2 and dropped.above(0.0) is I and dropped.within(4.0, 6.0) is I
+    assert mean_ci([]).n == 0 and mean_ci([]).above(-math.inf) is I
 
 
 def test_seeds_start_at_the_config_seed():

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-EMPIRICAL = ("holds", "partly holds", "does not hold", "not testable at this scale")
+INCONCLUSIVE = "inconclusive at this scale"  # measured, but the intervals straddle the thresholds
+NOT_TESTABLE = "not testable at this scale"  # not measured here: data, seeds or a run are missing
+EMPIRICAL = ("holds", "partly holds", "does not hold", INCONCLUSIVE, NOT_TESTABLE)
 CONSTRUCTION = "verified by construction"  # a check of how the code is written, counted apart from findings
 VERDICTS = EMPIRICAL + (CONSTRUCTION,)
 
@@ -23,6 +25,7 @@ class Claim:
     title: str  # one line, shown in the report's tables
     source: str
     statement: str  # the claim in this project's words, with the prediction a study can test
+    machine_dependent: str = ""  # why its verdict can differ between machines (timings), shown beside it
 
 
 REGISTRY = (
@@ -41,7 +44,8 @@ REGISTRY = (
           "Without warmup Post-LN fails (diverges or stalls at the unigram level) at learning rates Pre-LN trains "
           "at; Pre-LN tolerates larger learning rates and short or no warmup."),
     Claim("S6", "Pre-LN and Post-LN cost the same time and memory per step", FOLKLORE,
-          "A Pre-LN and a Post-LN step of the same model cost the same time and memory."),
+          "A Pre-LN and a Post-LN step of the same model cost the same time and memory.",
+          machine_dependent="CPU time on a shared machine: it can differ on another machine or under other load"),
     Claim("S7", "ReZero is the identity at init; DeepNorm lets Post-LN scale to very deep stacks", FOLKLORE,
           "ReZero's network is the identity at init; DeepNorm trains at depths where Post-LN fails with the same "
           "lr and warmup."),
@@ -107,6 +111,7 @@ REGISTRY = (
           "code's schedules)."),
 )  # fmt: skip
 CLAIMS = {c.id: c.title for c in REGISTRY}  # id -> title, in report order
+BY_ID = {c.id: c for c in REGISTRY}
 
 
 @dataclasses.dataclass(frozen=True)

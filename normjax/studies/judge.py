@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
 
 from normjax.io import CorruptFileError
 from normjax.report.claims import Verdict
 from normjax.studies import BY_NAME
+from normjax.studies.study import Study
+
+MOVES = (-0.25, 0.25)  # the sensitivity table moves every threshold by these fractions of its value
 
 
 def judge(experiment: str, results: dict, source: str = "results") -> list[dict]:
@@ -40,3 +45,48 @@ def judge(experiment: str, results: dict, source: str = "results") -> list[dict]
                 f"list (normjax/studies/{experiment}/__init__.py claims={study.claims})"
             )
     return [dataclasses.asdict(Verdict(**row)) for row in rows]
+
+
+def _tables(study: Study) -> list[dict]:
+    """The THRESHOLDS dicts the study's rules read: the record's and its verdicts module's (one or two objects)."""
+    module = sys.modules.get(getattr(study.verdicts, "__module__", ""))
+    tables = [study.thresholds, getattr(module, "THRESHOLDS", None)]
+    return [t for i, t in enumerate(tables) if isinstance(t, dict) and all(t is not u for u in tables[:i])]
+
+
+@contextlib.contextmanager
+def moved(study: Study, name: str, factor: float):
+    """Threshold `name` of `study` at value x (1 + factor) while inside (the rules read THRESHOLDS when they run)."""
+    tables = [t for t in _tables(study) if name in t]
+    saved = [t[name] for t in tables]
+    try:
+        for t in tables:
+            t[name] = dataclasses.replace(t[name], value=t[name].value * (1 + factor))
+        yield
+    finally:
+        for t, old in zip(tables, saved, strict=True):
+            t[name] = old
+
+
+def sensitivity(experiment: str, results: dict, source: str = "results") -> list[dict]:
+    """Each threshold of the study moved by every MOVES fraction, the study re-judged: one entry per (threshold,
+    move) with the rows whose verdict flips ({claim, verdict, moved}) and `changed`, whether any row changed
+    at all (False: the rules do not read this threshold when they run, or it does not reach any verdict)."""
+    study = BY_NAME.get(experiment)
+    if study is None or study.verdicts is None:
+        return []
+    base = judge(experiment, results, source)
+    out = []
+    for name in study.thresholds:
+        for factor in MOVES:
+            with moved(study, name, factor):
+                rows = judge(experiment, results, source)
+            flips = [
+                {"claim": a["claim"], "verdict": a["verdict"], "moved": b["verdict"]}
+                for a, b in zip(base, rows, strict=False)  # one row per claim: the same order under any threshold
+                if a["verdict"] != b["verdict"]
+            ]
+            value = study.thresholds[name].value
+            changed = repr(rows) != repr(base)  # repr: a nan number compares equal to itself
+            out.append({"threshold": name, "value": value, "factor": factor, "flips": flips, "changed": changed})
+    return out

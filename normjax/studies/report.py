@@ -7,8 +7,9 @@ import glob
 import os
 
 from normjax.io import ChecksumError, CorruptFileError, WorkdirError, read_json
-from normjax.report.claims import CLAIMS, CONSTRUCTION, EMPIRICAL
-from normjax.studies.judge import judge
+from normjax.report.claims import BY_ID, CLAIMS, CONSTRUCTION, EMPIRICAL, INCONCLUSIVE, NOT_TESTABLE
+from normjax.report.rules import claim_verdict
+from normjax.studies.judge import judge, sensitivity
 
 SECTIONS = {
     "S": "Seed-note claims",
@@ -21,9 +22,11 @@ MARK = {
     "holds": "holds",
     "partly holds": "partly holds",
     "does not hold": "**does not hold**",
-    "not testable at this scale": "not testable at this scale",
+    INCONCLUSIVE: INCONCLUSIVE,
+    NOT_TESTABLE: NOT_TESTABLE,
     CONSTRUCTION: CONSTRUCTION,
 }
+NOT_RUN = "not run"
 
 
 def load_results(workdir: str) -> dict[str, dict]:
@@ -53,8 +56,19 @@ def load_results(workdir: str) -> dict[str, dict]:
             raise
         except ValueError as e:  # e.g. a text where a rule reads a number (judge names Key/Index/TypeErrors)
             raise CorruptFileError(f"{path}: the {name} rules cannot read these results ({e})") from None
-        found[name] = saved | {"verdicts": verdicts}
+        found[name] = saved | {"verdicts": verdicts, "study_wall_time_s": study_wall_time(path, saved)}
     return found
+
+
+def study_wall_time(path: str, saved: dict) -> float:
+    """Seconds a study took: its results.json's wall time plus its sweep's runs (`sweep.json` beside it, whose
+    runs train before the analysis that writes results.json)."""
+    total = float(saved.get("wall_time_s") or 0.0)
+    sweep = os.path.join(os.path.dirname(path), "sweep.json")
+    if os.path.exists(sweep):
+        runs = read_json(sweep).get("runs", [])
+        total += sum(float((r.get("summary") or {}).get("wall_time_s") or 0.0) for r in runs)
+    return total
 
 
 def _cell(text) -> str:
@@ -68,6 +82,13 @@ def collect_rows(studies: dict[str, dict]) -> dict[str, list[dict]]:
         for row in saved["verdicts"]:  # judged and validated by load_results
             rows[row["claim"]].append(row | {"experiment": name, "off_preset": _off_preset(saved)})
     return rows
+
+
+def claim_verdicts(rows: dict[str, list[dict]]) -> dict[str, str]:
+    """{claim id: its one verdict, combining its rows across studies} ('not run' for a claim no study judged)."""
+    return {
+        c: claim_verdict(r["verdict"] for r in claim_rows) if claim_rows else NOT_RUN for c, claim_rows in rows.items()
+    }
 
 
 def _off_preset(saved: dict) -> str:
@@ -84,46 +105,98 @@ def _verdict_cell(row: dict) -> str:
     return f"{mark} (*{row['off_preset']}*)" if row.get("off_preset") else mark
 
 
+def _claim_cell(claim: str, verdict: str, claim_rows: list[dict]) -> str:
+    """The claim's verdict, marked when a row is not its preset's run or the claim is a timing of this machine."""
+    notes = sorted({r["off_preset"] for r in claim_rows if r.get("off_preset")})
+    if BY_ID[claim].machine_dependent:
+        notes.append(f"machine-dependent: {BY_ID[claim].machine_dependent}")
+    return MARK.get(verdict, verdict) + "".join(f" (*{n}*)" for n in notes)
+
+
 def _figure_link(row: dict) -> str:
-    if not row.get("figure"):
+    if not row.get("figure") or not row.get("figure_exists"):
         return ""
     return f"[{row['figure']}]({row['experiment']}/{row['figure']})"
 
 
-def verdict_table(rows: dict[str, list[dict]]) -> list[str]:
-    lines = ["| claim | prediction | measured | verdict | rule / reason | figure |", "|---|---|---|---|---|---|"]
+def verdict_table(rows: dict[str, list[dict]], verdicts: dict[str, str]) -> list[str]:
+    """One block per claim: its verdict, then each row that judged it (the evidence, with its own verdict)."""
+    lines = [
+        "| claim | prediction | measured (study) | this check | rule / reason | figure |",
+        "|---|---|---|---|---|---|",
+    ]
     for claim, claim_rows in rows.items():
+        head = f"| {claim}: {_cell(CLAIMS[claim])} ({_claim_cell(claim, verdicts[claim], claim_rows)})"
         if not claim_rows:
             lines.append(
-                f"| {claim}: {_cell(CLAIMS[claim])} | | no measurement in this run "
-                f"| not run | no experiment that checks {claim} wrote results | |"
+                f"{head} | | no measurement in this run | {NOT_RUN} | no experiment that checks {claim} wrote "
+                "results | |"
             )
-        for row in claim_rows:
+        for i, row in enumerate(claim_rows):
+            first = head if i == 0 else f"| {claim} (evidence {i + 1})"
             lines.append(
-                f"| {claim}: {_cell(CLAIMS[claim])} | {_cell(row['prediction'])} | "
-                f"{_cell(row['measured'])} ({row['experiment']}) | {_verdict_cell(row)} | "
-                f"{_cell(row['reason'])} | {_figure_link(row)} |"
+                f"{first} | {_cell(row['prediction'])} | {_cell(row['measured'])} ({row['experiment']}) | "
+                f"{_verdict_cell(row)} | {_cell(row['reason'])} | {_figure_link(row)} |"
             )
     return lines
 
 
-def _counts(rows: dict[str, list[dict]]) -> str:
-    """Empirical verdicts counted apart from checks of the construction, and claims no study ran."""
-    flat = [r["verdict"] for claim_rows in rows.values() for r in claim_rows]
-    missing = sum(1 for claim_rows in rows.values() if not claim_rows)
+def _counts(verdicts: dict[str, str]) -> str:
+    """Claims counted by their one verdict: empirical findings apart from checks of the construction."""
+    flat = list(verdicts.values())
     parts = [f"{flat.count(v)} {v}" for v in EMPIRICAL if flat.count(v)]
-    text = "empirical: " + (", ".join(parts) or "none")
+    text = f"{len(flat)} claims; empirical: " + (", ".join(parts) or "none")
     text += f"; {flat.count(CONSTRUCTION)} {CONSTRUCTION}"
-    return text + (f"; {missing} claims not run" if missing else "")
+    return text + (f"; {flat.count(NOT_RUN)} not run" if flat.count(NOT_RUN) else "")
 
 
-def summary_table(rows: dict[str, list[dict]]) -> list[str]:
-    """One screen: claim, verdict, the deciding number with its interval; details in the sections below."""
-    lines = ["| claim | verdict | key number (95% interval over seeds) | study |", "|---|---|---|---|"]
+def summary_table(rows: dict[str, list[dict]], verdicts: dict[str, str]) -> list[str]:
+    """One row per claim: its verdict, then each check's verdict and deciding number (details below)."""
+    lines = ["| claim | verdict | checks: verdict, key number (95% interval over seeds), study |", "|---|---|---|"]
     for claim, claim_rows in rows.items():
-        for row in claim_rows or [{"verdict": None, "key": "", "experiment": "not run"}]:
-            verdict = _verdict_cell(row) if row["verdict"] else "not run"
-            lines.append(f"| {claim} | {verdict} | {_cell(row.get('key', ''))} | {row['experiment']} |")
+        evidence = "; ".join(
+            f"{r['verdict']}: {r.get('key') or r['measured'][:80]} ({r['experiment']})" for r in claim_rows
+        )
+        cell = _claim_cell(claim, verdicts[claim], claim_rows)
+        lines.append(f"| {claim} | {cell} | {_cell(evidence) or 'no study judged it'} |")
+    return lines
+
+
+def _flip_text(entry: dict, name: str, rows: dict[str, list[dict]], verdicts: dict[str, str]) -> str:
+    """What a moved threshold flips: each row, and the claim's verdict when it changes too."""
+    if entry["value"] == 0:
+        return "not moved (its value is 0)"
+    if not entry["changed"]:
+        return "no row changes"
+    if not entry["flips"]:
+        return "no flip"
+    parts = []
+    for flip in entry["flips"]:
+        claim, moved = flip["claim"], []
+        for r in rows[claim]:
+            same = r["experiment"] != name or r["verdict"] != flip["verdict"] or moved.count(flip["moved"])
+            moved.append(r["verdict"] if same else flip["moved"])
+        text = f"{claim} ({name}): {flip['verdict']} -> {flip['moved']}"
+        if (now := claim_verdict(moved)) != verdicts[claim]:
+            text += f"; claim {claim}: {verdicts[claim]} -> {now}"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def sensitivity_table(studies: dict[str, dict], rows: dict[str, list[dict]], verdicts: dict[str, str]) -> list[str]:
+    """Every threshold moved by -25% and +25%, its study re-judged: which verdicts flip."""
+    lines = [
+        "| threshold (study) | value | moved -25% | moved +25% |",
+        "|---|---|---|---|",
+    ]
+    for name, saved in studies.items():
+        entries = sensitivity(name, saved["results"])
+        for threshold in dict.fromkeys(e["threshold"] for e in entries):
+            down, up = (e for e in entries if e["threshold"] == threshold)
+            lines.append(
+                f"| `{threshold}` ({name}) | {down['value']:g} | {_cell(_flip_text(down, name, rows, verdicts))} | "
+                f"{_cell(_flip_text(up, name, rows, verdicts))} |"
+            )
     return lines
 
 
@@ -132,55 +205,78 @@ def _presets(studies: dict[str, dict]) -> str:
     return ", ".join(f":{n}" for n in names) or "none"
 
 
-def study_section(name: str, saved: dict) -> list[str]:
+def _existing(workdir: str, name: str, files) -> list[str]:
+    return [f for f in files or [] if os.path.exists(os.path.join(workdir, name, f))]
+
+
+def study_section(name: str, saved: dict, workdir: str = "") -> list[str]:
     results = saved.get("results", {})
+    wall, own = saved.get("study_wall_time_s", saved.get("wall_time_s") or 0.0), saved.get("wall_time_s") or 0.0
+    sweep = f" ({own:.0f} s analysis + {wall - own:.0f} s of sweep runs)" if wall > own else ""
     lines = [
         f"### {name}",
         "",
-        f"Wall time {saved.get('wall_time_s', float('nan')):.0f} s on "
-        f"{saved.get('machine', {}).get('platform', 'unknown machine')}.",
+        f"Wall time {wall:.0f} s{sweep} on {saved.get('machine', {}).get('platform', 'unknown machine')}.",
         "",
     ]
     if results.get("discussion"):
         lines += [results["discussion"], ""]
     for row in saved["verdicts"]:
         lines.append(f"- **{row['claim']}** ({row['verdict']}): {row['measured']}")
-    figures = [f for f in saved.get("figures", []) if f.endswith(".png")]
+    figures = [f for f in _existing(workdir, name, saved.get("figures")) if f.endswith(".png")]
     lines += [""] + [f"![{name}: {os.path.basename(f)}]({name}/{f})" for f in figures] + [""]
     return lines
 
 
 def build_report(workdir: str, wall_time_s: float | None = None) -> str:
-    """Writes WORKDIR/REPORT.md and returns its path; `wall_time_s` (the whole run's, e.g. reproduce.sh's)
-    goes into the header, else the sum of the studies' own wall times."""
+    """Writes WORKDIR/REPORT.md and returns its path. The header's wall time is the sum of the studies' own
+    (each with its sweep); `wall_time_s` (the whole run's, e.g. reproduce.sh's) is shown beside it."""
     studies = load_results(workdir)
+    for name, saved in studies.items():
+        existing = set(_existing(workdir, name, [r["figure"] for r in saved["verdicts"] if r.get("figure")]))
+        saved["verdicts"] = [r | {"figure_exists": r.get("figure") in existing} for r in saved["verdicts"]]
     rows = collect_rows(studies)
+    verdicts = claim_verdicts(rows)
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")
-    if wall_time_s is None:
-        wall = f"{sum(s.get('wall_time_s') or 0 for s in studies.values()) / 60:.0f} min of study wall time"
-    else:
-        wall = f"wall time {wall_time_s / 60:.1f} min"
+    wall = f"{sum(s['study_wall_time_s'] for s in studies.values()) / 60:.1f} min of study wall time, sweeps included"
+    if wall_time_s is not None:
+        wall += f"; the whole run took {wall_time_s / 60:.1f} min"
     lines = [
         "# normjax report: where should the norm sit?",
         "",
         f"Preset {_presets(studies)}. Built {now} from {len(studies)} experiments in `{workdir}` "
-        f"({', '.join(studies) or 'none'}; {wall}). Verdicts, {_counts(rows)}.",
+        f"({', '.join(studies) or 'none'}; {wall}). Verdicts per claim: {_counts(verdicts)}.",
         "",
-        "Every verdict is given when this report is built, by the rule in its row applied to the measured numbers "
-        "(rules: `normjax/studies/<name>/verdicts.py`; claims and thresholds: `docs/claims.md`). "
-        f"'{CONSTRUCTION}' rows check how the code is written and are not counted as findings.",
+        "Every verdict is given when this report is built, by the rules applied to the measured numbers (rules: "
+        "`normjax/studies/<name>/verdicts.py`; claims and thresholds: `docs/claims.md`). Each check is supported "
+        "(its whole 95% interval on the predicted side), contradicted (wholly on the other side) or inconclusive "
+        "(straddling); a claim's verdict combines its checks across studies: all supported -> holds, some "
+        f"supported and some contradicted -> partly holds, none supported -> does not hold, none contradicted but "
+        f"some inconclusive -> {INCONCLUSIVE}. '{CONSTRUCTION}' rows check how the code is written and are not "
+        "counted as findings.",
         "",
         "## Summary",
         "",
-        *summary_table(rows),
+        *summary_table(rows, verdicts),
         "",
     ]
     for prefix, title in SECTIONS.items():
         section = {c: r for c, r in rows.items() if c.startswith(prefix)}
-        lines += [f"## {title}", ""] + verdict_table(section) + [""]
-    lines += ["## Experiments", ""]
+        lines += [f"## {title}", ""] + verdict_table(section, {c: verdicts[c] for c in section}) + [""]
+    lines += [
+        "## Sensitivity to the thresholds",
+        "",
+        "Each study re-judged with one threshold moved by -25% and by +25% of its value (the rules are pure "
+        "functions of the results): the verdicts that flip. 'no row changes': the rules gave the same rows "
+        "(the threshold reaches no verdict here, or its rule reads it before the report runs).",
+        "",
+        *sensitivity_table(studies, rows, verdicts),
+        "",
+        "## Experiments",
+        "",
+    ]
     for name, saved in studies.items():
-        lines += study_section(name, saved)
+        lines += study_section(name, saved, workdir)
     path = os.path.join(workdir, "REPORT.md")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

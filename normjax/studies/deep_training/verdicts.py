@@ -8,61 +8,75 @@ import numpy as np
 
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.rules import MIN_SEEDS, Threshold, combine, mean_ci
+from normjax.report.rules import MIN_SEEDS, Threshold, check, combine, every, log_ci, mean_ci, power_note
 from normjax.studies.deep_training.measure import LN_INPUT_LARGE, STALL_MARGIN
 
 THRESHOLDS = {
-    "ALPHA_RTOL": Threshold(1e-4, "float32 arithmetic on the probed stream (D1 is a construction check)"),
+    "ALPHA_RTOL": Threshold(
+        1e-4, "float32 arithmetic on the probed stream (D1 is a construction check)", source="theory"
+    ),
     "POST_GROWTH_SLOPE": Threshold(
         0.2,
         "log-log slope of Post-LN's early update against depth that counts as growing (0.2: x1.25 over 6 -> 18 "
         "layers); the whole 95% interval over seeds must lie above it (:quick: 0.70 [-0.35, 1.74], 3 seeds)",
+        source="judged seeds",
     ),
     "FLAT_SLOPE": Threshold(
-        0.2, "|log-log slope| of DeepNorm's early update that counts as flat (same scale; :quick: 0.62 [0.58, 0.65])"
+        0.2,
+        "|log-log slope| of DeepNorm's early update that counts as flat (same scale; :quick: 0.62 [0.58, 0.65])",
+        source="judged seeds",
     ),
     "EXPLODING": Threshold(
         1.0,
         "first update at the training lr, ||F(x, theta_1) - F(x, theta_0)|| / ||F(x, theta_0)||, that counts as "
         "exploding: the output moves by its own size (:quick Post-LN, 18 layers: 1.09 [0.66, 1.51])",
+        source="judged seeds",
     ),
     "LN_INPUT_LARGE": Threshold(
-        LN_INPUT_LARGE, "LN-input ||x||/sqrt(d) that counts as >> sqrt(d) (1 at init; :quick peak 2.71 [2.46, 2.96])"
+        LN_INPUT_LARGE,
+        "LN-input ||x||/sqrt(d) that counts as >> sqrt(d) (1 at init; :quick peak 2.71 [2.46, 2.96])",
+        source="judged seeds",
     ),
     "LN_INPUT_GROWTH": Threshold(
-        2.0, "LN-input peak over its init value that counts as grown (:quick 1.63 [1.37, 1.89])"
+        2.0, "LN-input peak over its init value that counts as grown (:quick 1.63 [1.37, 1.89])", source="judged seeds"
     ),
     "GRAD_VANISHED": Threshold(
         1e-2,
         "bottom-layer gradient at the end over at init that counts as vanished (two decades; :quick log10 ratio "
         "-4.46 [-7.11, -1.80])",
+        source="convention",
     ),
     "STALL_MARGIN": Threshold(
         STALL_MARGIN,
         "nats: a final loss above H(p) minus this, H(p) the unigram entropy of the training stream, is a stall (the "
         "model learnt little beyond byte frequencies); at :quick stalled runs end within 0.17 of H(p) (3.12-3.30 vs "
         "3.13), trained ones 0.23-0.63 below it (seed-to-seed spread about 0.1); a diverged seed counts at H(p)",
+        source="judged seeds",
     ),
     "DEGRADE": Threshold(
         0.05,
         "S7: final loss more than 5% above Post-LN's at the shallowest depth (per-seed ratio, whole interval) is a "
         "failure with depth; DeepNorm trains if its ratio's interval lies below 1.05 (:quick, 18 layers: Post-LN "
         "1.16 [1.10, 1.22], DeepNorm 0.93 [0.88, 0.98])",
+        source="convention",
     ),
     "REPLACE_TOLERANCE": Threshold(
         0.10,
         "R3/R6: final loss within 10% of Pre-LN's (per-seed ratio, whole interval; :quick T-Fixup 0.98 [0.95, "
         "1.01], DyT 1.00 [0.98, 1.02])",
+        source="convention",
     ),
     "STREAM_GROWTH_EXPONENT": Threshold(
         0.5,
         "S4: exponent of ||x_L||^2/d after training against depth L that counts as growing (at init Lemma 2 gives "
         "about 0.8 over 6 -> 18 layers; :quick after training 1.36 [1.15, 1.57])",
+        source="theory",
     ),
     "FASTER": Threshold(
         1.0,
         "R4: Pre-LN's growth of ||x_L||^2 in training over Sandwich's: a ratio above 1 is faster (:quick 2.46 "
         "[2.05, 2.88])",
+        source="theory",
     ),
 }
 
@@ -145,15 +159,15 @@ def early_update(results: dict) -> list[dict]:
     depths = sorted((d for d in summary["post"] if d in summary["deepnorm"]), key=int)
     post = mean_ci(f["exponent"] for f in fits_["post"])
     deep = mean_ci(f["exponent"] for f in fits_["deepnorm"])
-    ratios = {
-        d: mean_ci(
+    ratios = {  # ratios of positive updates: log-scale intervals
+        d: log_ci(
             np.array(_per_seed(summary["deepnorm"][d], "early_update"))
             / np.array(_per_seed(summary["post"][d], "early_update"))
         )
         for d in depths
     }
     grows, flat = post.above(_t("POST_GROWTH_SLOPE")), deep.within(-_t("FLAT_SLOPE"), _t("FLAT_SLOPE"))
-    smaller = all(r.below(1.0) for r in ratios.values())
+    smaller = every(r.below(1.0) for r in ratios.values())
     measured = (
         f"mean update over steps 1..{results['setup']['early_steps']} at lr {lr:g}: log-log slope against depth "
         f"Post-LN {post.text('.2f')}, DeepNorm {deep.text('.2f')}; DeepNorm / Post-LN update "
@@ -162,7 +176,8 @@ def early_update(results: dict) -> list[dict]:
     reason = (
         f"rule: Post-LN slope interval above {_t('POST_GROWTH_SLOPE')} (grows), DeepNorm / Post-LN interval below 1 "
         f"at every depth (smaller), DeepNorm slope interval within +-{_t('FLAT_SLOPE')} (flat); all -> holds, "
-        f"some -> partly; got grows={grows}, smaller={smaller}, flat={flat}"
+        f"some -> partly, a straddling interval inconclusive; got grows={grows.value}, smaller={smaller.value}, "
+        f"flat={flat.value}" + power_note("DeepNorm's slope", deep, -_t("FLAT_SLOPE"), _t("FLAT_SLOPE"))
     )
     return [
         verdict_row(
@@ -191,10 +206,10 @@ def failure_chain(results: dict) -> list[dict]:
     post, recs = summary["post"][depth], results["runs"]["post"][depth]
     deep = summary.get("deepnorm", {}).get(depth)
     first = np.array(_per_seed(post, "first_update_relative"))
-    first_ci = mean_ci(first)
+    first_ci = log_ci(first)  # positive sizes and ratios: log-scale intervals
     above_deep = mean_ci(first - np.array(_per_seed(deep, "first_update_relative"))) if deep else None
-    peak = mean_ci(_per_seed(post, "ln_rms_peak"))
-    grown = mean_ci(np.array(_per_seed(post, "ln_rms_peak")) / np.array(_per_seed(post, "ln_rms_init")))
+    peak = log_ci(_per_seed(post, "ln_rms_peak"))
+    grown = log_ci(np.array(_per_seed(post, "ln_rms_peak")) / np.array(_per_seed(post, "ln_rms_init")))
     fall = mean_ci(
         np.log10(np.array(_per_seed(post, "grad_bottom_end")) / np.array(_per_seed(post, "grad_bottom_init")))
     )
@@ -206,10 +221,14 @@ def failure_chain(results: dict) -> list[dict]:
         grad_step = _first_step(p["step"], [g[0] <= _t("GRAD_VANISHED") * g0 for g in p["layer_grad_norm"]])
         order.append((ln_step, grad_step))
     links = {
-        "exploding update": first_ci.above(_t("EXPLODING")) and (above_deep is None or above_deep.above(0.0)),
-        "LN inputs >> sqrt(d) before gradients vanish": peak.above(_t("LN_INPUT_LARGE"))
-        and grown.above(_t("LN_INPUT_GROWTH"))
-        and all(ln is not None and (g is None or ln <= g) for ln, g in order),
+        "exploding update": every([first_ci.above(_t("EXPLODING")), above_deep is None or above_deep.above(0.0)]),
+        "LN inputs >> sqrt(d) before gradients vanish": every(
+            [
+                peak.above(_t("LN_INPUT_LARGE")),
+                grown.above(_t("LN_INPUT_GROWTH")),
+                all(ln is not None and (g is None or ln <= g) for ln, g in order),  # an exact per-seed order
+            ]
+        ),
         "vanishing gradients": fall.below(math.log10(_t("GRAD_VANISHED"))),
     }
     diverged = sorted(f"{run} L={d}" for run, by in summary.items() for d, e in by.items() if e["diverged_step"])
@@ -225,7 +244,7 @@ def failure_chain(results: dict) -> list[dict]:
         f"above DeepNorm's; LN-input peak interval above {_t('LN_INPUT_LARGE'):g} and above "
         f"{_t('LN_INPUT_GROWTH'):g}x init, reached no later than the layer-0 gradient vanishes in every seed (the "
         f"chain's order); log10 gradient end/init interval below log10 {_t('GRAD_VANISHED'):g}; all -> holds, some "
-        "-> partly: " + ", ".join(f"{k}={v}" for k, v in links.items())
+        "-> partly, a straddling interval inconclusive: " + ", ".join(f"{k}={check(v).value}" for k, v in links.items())
     )
     return [
         verdict_row(
@@ -236,7 +255,7 @@ def failure_chain(results: dict) -> list[dict]:
             reason,
             "instability.png",
             key=f"first update {first_ci.text('.2f')}; LN peak {peak.text('.2f')}; log10 grad fall {fall.text('.2f')}",
-            **{k.replace(" ", "_"): bool(v) for k, v in links.items()},
+            **{k.replace(" ", "_"): check(v).value for k, v in links.items()},
         )
     ]
 
@@ -269,16 +288,16 @@ def deepnorm_depth(results: dict) -> list[dict]:
     depths = sorted(post, key=int)
     shallow, deeper = depths[0], [d for d in depths[1:] if d in deep]
     ref = _effective(post[shallow], unigram)
-    post_ratio = {d: mean_ci(_effective(post[d], unigram) / ref) for d in deeper}
+    post_ratio = {d: log_ci(_effective(post[d], unigram) / ref) for d in deeper}
     post_loss = {d: mean_ci(_effective(post[d], unigram)) for d in deeper}
-    failing = [d for d in deeper if post_ratio[d].above(1 + _t("DEGRADE")) or post_loss[d].above(stall)]
+    failing = [d for d in deeper if post_ratio[d].above(1 + _t("DEGRADE")) | post_loss[d].above(stall)]
     measured = (
         f"lr {s7['lr']:g} ({setting}; the largest of {list(s7['candidates'])} at which Post-LN trains at "
         f"L={shallow}: {mean_ci(ref).text('.3f')}; unigram H(p) {unigram:.3f}); final loss over Post-LN's at "
         f"L={shallow}, per seed (diverged seeds at H(p)): "
         + "; ".join(
             f"L={d}: Post-LN {post_ratio[d].text('.3f')}, DeepNorm "
-            f"{mean_ci(_effective(deep[d], unigram) / ref).text('.3f')}"
+            f"{log_ci(_effective(deep[d], unigram) / ref).text('.3f')}"
             for d in deeper
         )
         + f"; Post-LN fails at L = {[int(d) for d in failing]}"
@@ -300,9 +319,9 @@ def deepnorm_depth(results: dict) -> list[dict]:
                 key=f"Post-LN L={top} / L={shallow}: {post_ratio[top].text('.3f') if deeper else 'n/a'}",
             )
         ]
-    dn_ratio = {d: mean_ci(_effective(deep[d], unigram) / ref) for d in failing}
-    trains = all(mean_ci(_effective(deep[d], unigram)).below(stall) for d in failing)
-    as_well = all(r.below(1 + _t("DEGRADE")) for r in dn_ratio.values())
+    dn_ratio = {d: log_ci(_effective(deep[d], unigram) / ref) for d in failing}
+    trains = every(mean_ci(_effective(deep[d], unigram)).below(stall) for d in failing)
+    as_well = every(r.below(1 + _t("DEGRADE")) for r in dn_ratio.values())
     d = failing[-1]
     return [
         verdict_row(
@@ -310,9 +329,9 @@ def deepnorm_depth(results: dict) -> list[dict]:
             prediction,
             measured,
             combine([trains, as_well]),
-            rule + f"; at each failing depth DeepNorm's loss interval below the stall level (trains={trains}) and its "
-            f"ratio interval below {1 + _t('DEGRADE'):g} (as well as Post-LN shallow: {as_well}); both -> holds, one "
-            "-> partly",
+            rule + "; at each failing depth DeepNorm's loss interval below the stall level "
+            f"(trains={trains.value}) and its ratio interval below {1 + _t('DEGRADE'):g} (as well as Post-LN "
+            f"shallow: {as_well.value}); both -> holds, one -> partly, a straddling interval inconclusive",
             "deepnorm_depth.png",
             key=f"L={d} / Post-LN L={shallow}: DeepNorm {dn_ratio[d].text('.3f')}, Post-LN {post_ratio[d].text('.3f')}",
             depths=[int(x) for x in failing],
@@ -336,8 +355,8 @@ def stream_growth(results: dict) -> list[dict]:
     ok = np.all(np.isfinite(ms) & (ms > 0), axis=0)  # a seed whose stream went non-finite has no exponent
     slopes = np.polyfit(np.log([int(d) for d in depths]), np.log(ms[:, ok]), 1)[0] if ok.any() else []
     exponent = mean_ci(slopes)
-    grew = mean_ci(_last_stream(pre[depths[-1]], "stream_ms_end") / _last_stream(pre[depths[-1]], "stream_ms_init"))
-    ends = ", ".join(f"L={d}: {mean_ci(_last_stream(pre[d], 'stream_ms_end')).text('.3g')}" for d in depths)
+    grew = log_ci(_last_stream(pre[depths[-1]], "stream_ms_end") / _last_stream(pre[depths[-1]], "stream_ms_init"))
+    ends = ", ".join(f"L={d}: {log_ci(_last_stream(pre[d], 'stream_ms_end')).text('.3g')}" for d in depths)
     checks = [exponent.above(_t("STREAM_GROWTH_EXPONENT")), grew.above(1.0)]
     return [
         verdict_row(
@@ -348,8 +367,8 @@ def stream_growth(results: dict) -> list[dict]:
             f"trained / init {grew.text('.2f')}",
             combine(checks),
             f"rule: exponent interval above {_t('STREAM_GROWTH_EXPONENT')} (grows with depth) and, at the largest "
-            f"depth, trained / init interval above 1 (training does not undo it); both -> holds, one -> partly: "
-            f"{checks}",
+            f"depth, trained / init interval above 1 (training does not undo it); both -> holds, one -> partly, a "
+            f"straddling interval inconclusive: {[c.value for c in checks]}",
             "stream_growth.png",
             key=f"exponent {exponent.text('.2f')}",
             exponent=exponent.mean,
@@ -368,17 +387,17 @@ def sandwich_vs_pre(results: dict) -> list[dict]:
         r: _last_stream(summary[r][d], "stream_ms_end") / _last_stream(summary[r][d], "stream_ms_init")
         for r in ("pre", "sandwich")
     }
-    ratio = mean_ci(growth["pre"] / growth["sandwich"])
+    ratio = log_ci(growth["pre"] / growth["sandwich"])
     return [
         verdict_row(
             "R4",
             "in training: Pre-LN's hidden state can grow faster than Sandwich's (Peri-LN)",
             f"L={d}, lr {results['setup']['lr']:g}, no warmup: ||x_L||^2 trained / init Pre-LN "
-            f"{mean_ci(growth['pre']).text('.3g')}, Sandwich {mean_ci(growth['sandwich']).text('.3g')}; ratio "
+            f"{log_ci(growth['pre']).text('.3g')}, Sandwich {log_ci(growth['sandwich']).text('.3g')}; ratio "
             f"{ratio.text('.3g')}",
-            combine([ratio.above(_t("FASTER")), not ratio.below(_t("FASTER"))]),
-            f"rule: the per-seed ratio of the growth factors has its interval above {_t('FASTER'):g} (holds), "
-            "straddling it (partly) or below it (does not hold)",
+            combine([ratio.above(_t("FASTER"))]),
+            f"rule: the per-seed ratio of the growth factors has its (log-scale) interval above {_t('FASTER'):g} "
+            "(holds), at or below it (does not hold) or straddling it (inconclusive)",
             "stream_growth.png",
             key=f"growth ratio {ratio.text('.3g')} at L={d}",
             ratio=ratio.mean,
@@ -392,7 +411,7 @@ def _replaces(results: dict, claim: str, run: str, prediction: str) -> list[dict
     depths = sorted((d for d in summary.get(run, {}) if d in summary.get("pre", {})), key=int)
     if not depths:
         return []
-    ratios = {d: mean_ci(_effective(summary[run][d], unigram) / _effective(summary["pre"][d], unigram)) for d in depths}
+    ratios = {d: log_ci(_effective(summary[run][d], unigram) / _effective(summary["pre"][d], unigram)) for d in depths}
     measured = "; ".join(
         f"L={d}: {run} / pre final loss {r.text('.3f')} "
         f"({run} {mean_ci(_effective(summary[run][d], unigram)).text('.3f')}"
@@ -404,9 +423,10 @@ def _replaces(results: dict, claim: str, run: str, prediction: str) -> list[dict
             claim,
             prediction,
             measured + f" (lr {results['setup']['lr']:g}, no warmup; a diverged seed counts at H(p) {unigram:.3f})",
-            combine([all(r.below(tol) for r in ratios.values()), not any(r.above(tol) for r in ratios.values())]),
-            f"rule: per-seed ratio to Pre-LN's final loss, interval below {tol:g} at every depth (holds), above it at "
-            "every depth (does not hold), otherwise partly (a ranking that flips between seeds straddles)",
+            combine(r.below(tol) for r in ratios.values()),
+            f"rule: per-seed ratio to Pre-LN's final loss, log-scale interval below {tol:g} at every depth (holds), "
+            "at or above it at every depth (does not hold), at some (partly); an interval that straddles it (a "
+            "ranking that flips between seeds) is inconclusive",
             "depth_sweep.png",
             key="; ".join(f"L={d}: {r.text('.3f')}" for d, r in ratios.items()),
             ratios={d: r.mean for d, r in ratios.items()},

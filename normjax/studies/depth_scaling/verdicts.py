@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from normjax.report import verdict_row
-from normjax.report.rules import Threshold, combine, mean_ci, too_few_seeds
+from normjax.report.rules import Threshold, combine, mean_ci, power_note, too_few_seeds
 from normjax.studies.depth_scaling.measure import S2_SLOPE, THEOREM1_SLOPE
 
 THRESHOLDS = {
@@ -13,11 +13,13 @@ THRESHOLDS = {
         "interval lies within predicted +- 0.1: over the 8x depth range (L = 6..48) a slope off by 0.1 changes the "
         "predicted ratio by 8^0.1 = 1.23; the per-seed slopes' spread was 0.02-0.08 (s.d.) at the quick preset "
         "(6 seeds: interval half-widths <= 0.08)",
+        source="convention",
     ),
     "EXPLODES_ABOVE": Threshold(
         0.1,
         "the first layer's gradient 'explodes' with depth when its slope's 95% interval lies above +0.1 (it grows "
         "by more than 8^0.1 = 1.23 over L = 6..48); Post-LN's first-layer slope varied by about 0.4 (s.d.) over seeds",
+        source="convention",
     ),
 }
 KERNEL, METRIC = "ffn/fc2/kernel", "mean_of_norms"  # Theorem 1 bounds W^{2,L}, batch by batch
@@ -46,13 +48,14 @@ def theorem1(results: dict) -> dict:
     )
     if (row := too_few_seeds("X5", prediction, results["num_seeds"])) is not None:
         return row
-    flags, parts, keys = [], [], []
+    flags, parts, keys, notes = [], [], [], []
     for setting in results["runs"]:
         for placement, predicted in THEOREM1_SLOPE.items():
             est = _slope(results, setting, placement, "last")
             if est is None:
                 continue
             flags.append(est.within(*_band(predicted)))
+            notes.append(power_note(f"{setting} {placement}", est, *_band(predicted)))
             other = _slope(results, setting, placement, "last", "norm_of_mean")
             parts.append(
                 f"{setting} {placement}: slope {est.text('+.3f')} (predicted {predicted:+.1f}; "
@@ -71,7 +74,7 @@ def theorem1(results: dict) -> dict:
     reason = (
         f"rule: for every (setting, placement), the 95% interval of the across-seed mean slope lies within "
         f"predicted +- {band} (0 for post, -0.5 for pre): all -> holds, some -> partly holds, none -> does not "
-        "hold. Theorem 1 gives upper bounds; the rule reads them as scaling laws, as the claim does"
+        "hold. Theorem 1 gives upper bounds; the rule reads them as scaling laws, as the claim does" + "".join(notes)
     )
     key = "slopes " + ", ".join(keys) + f" ({results['num_seeds']} seeds)"
     return verdict_row("X5", prediction, measured, combine(flags), reason, FIGURE, key=key, matches=flags)
@@ -99,6 +102,7 @@ def inverse_depth(results: dict) -> dict:
         f"rule (gradient part of S2; the sigma_l premise is in ln_jacobian): the last-layer slope's 95% interval "
         f"within -1 +- {THRESHOLDS['SLOPE_BAND'].value}, and the first-layer slope's interval above "
         f"{THRESHOLDS['EXPLODES_ABOVE'].value}; both -> holds, one -> partly holds, neither -> does not hold"
+        + power_note("the last-layer slope", last, *_band(S2_SLOPE))
     )
     key = f"Post-LN last {last.text('+.2f')}, first {first.text('+.2f').split(' (')[0]}"
     return verdict_row(

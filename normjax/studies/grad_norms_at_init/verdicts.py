@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from normjax.report import verdict_row
-from normjax.report.rules import Estimate, Threshold, combine, mean_ci, require_seeds
+from normjax.report.rules import Check, Estimate, Threshold, combine, mean_ci, power_note, require_seeds
 
 KERNEL = "ffn/fc2/kernel"  # W^2 of Xiong et al.'s FFN; fc1 is reported beside it
 METRIC = "norm_of_mean"  # Xiong et al.'s ||E[grad]||; the mean of per-batch norms is reported too
@@ -19,15 +19,21 @@ THRESHOLDS = {
         "6 layers, against about 10x in Xiong et al.'s Fig. 3 for Post-LN; the per-seed slopes spread by 0.015 to "
         "0.055 (std over 3 seeds at the quick preset; 95% half-widths 0.04 to 0.14), the Post-LN decoder's mean "
         "slope is +0.40",
+        source="convention",
     ),
     "FLATTER": Threshold(
         0.0,
         "Mix-LN is flatter when ln(max/min over layers) of the best of Post-LN and Pre-LN minus Mix-LN's has its "
         "whole 95% interval over seeds above 0 (an ordering: any margin the seeds resolve counts); the per-seed "
         "ln(max/min) spreads by 0.05 to 0.3 (std over 3 seeds, quick preset)",
+        source="theory",
     ),
 }
-TREND = THRESHOLDS["TREND"].value
+
+
+def _trend() -> float:
+    """TREND's value, read when a rule runs (so the report's sensitivity table can move it)."""
+    return THRESHOLDS["TREND"].value
 
 
 def _profile(results, arch, placement, stack, name=KERNEL, metric=METRIC) -> dict | None:
@@ -40,19 +46,19 @@ def slope(profile: dict) -> Estimate:
     return mean_ci(profile["slope"])
 
 
-def grows(profile: dict) -> bool:
+def grows(profile: dict) -> Check:
     """The gradient rises with the layer index: the slope's whole interval lies above TREND."""
-    return slope(profile).above(TREND)
+    return slope(profile).above(_trend())
 
 
-def flat(profile: dict) -> bool:
+def flat(profile: dict) -> Check:
     """No trend: the slope's whole interval lies inside [-TREND, TREND]."""
-    return slope(profile).within(-TREND, TREND)
+    return slope(profile).within(-_trend(), _trend())
 
 
-def no_decay_toward_input(profile: dict) -> bool:
+def no_decay_toward_input(profile: dict) -> Check:
     """Gradients do not shrink toward layer 0 beyond TREND per layer: the slope's whole interval below TREND."""
-    return slope(profile).below(TREND)
+    return slope(profile).below(_trend())
 
 
 def _stacks(results, placement) -> list[tuple[str, str]]:
@@ -77,6 +83,7 @@ def _missing(claim, prediction, what):
 
 
 def _trend_words() -> str:
+    TREND = _trend()
     return (
         f"'grows' = the 95% interval over seeds of the per-seed slope of ln||E[grad]|| per layer lies above "
         f"+{TREND}, 'flat' = it lies inside [-{TREND}, {TREND}]"
@@ -85,12 +92,13 @@ def _trend_words() -> str:
 
 def fig3_profile(results: dict) -> dict:
     prediction = "6-6 Transformer at init: Post-LN FFN gradient grows with layer index, Pre-LN flat"
-    checks, parts, keys = [], [], []
+    checks, parts, keys, notes = [], [], [], []
     for stack in ("encoder", "decoder"):
         post, pre = (_profile(results, "encoder_decoder", p, stack) for p in ("post", "pre"))
         if post is None or pre is None:
             return _missing("X6", prediction, "encoder_decoder post and pre")
         checks += [grows(post), flat(pre)]
+        notes.append(power_note(f"Pre-LN {stack} slope", slope(pre), -_trend(), _trend()))
         other = {p: _profile(results, "encoder_decoder", p, stack, metric="mean_of_norms") for p in ("post", "pre")}
         parts.append(
             f"{stack}: post {_describe(post)}, pre {_describe(pre)} (mean of per-batch norms: post slope "
@@ -100,7 +108,7 @@ def fig3_profile(results: dict) -> dict:
     measured = f"||E[grad]|| of {KERNEL} over {results['num_batches']} batches; " + "; ".join(parts)
     reason = (
         f"rule: {_trend_words()}; four checks (post grows, pre flat, in the encoder and the decoder): all -> holds, "
-        "none -> does not hold, else partly holds"
+        "none -> does not hold, else partly holds (a straddling interval is inconclusive)" + "".join(notes)
     )
     key = "slope/layer: " + "; ".join(keys)
     return verdict_row("X6", prediction, measured, combine(checks), reason, FIGURE, key=key, checks=checks)
@@ -112,15 +120,16 @@ def decoder_not_encoder(results: dict) -> dict:
     if dec is None or enc is None:
         return _missing("L3", prediction, "encoder_decoder post")
     alone = _profile(results, "encoder", "post", "encoder")
-    verdict = "does not hold" if not grows(dec) else "holds" if slope(enc).below(TREND) else "partly holds"
+    TREND, dec_grows = _trend(), grows(dec)
+    verdict = "does not hold" if dec_grows is Check.CONTRADICTED else combine([dec_grows, slope(enc).below(TREND)])
     measured = f"Post-LN {KERNEL} ||E[grad]||: decoder {_describe(dec)}; encoder {_describe(enc)}" + (
         "" if alone is None else f"; encoder-only model {_describe(alone)}"
     )
     reason = (
         f"rule: the decoder's slope interval lies above +{TREND}/layer (grows) and the encoder's (same 6-6 model) "
-        f"below +{TREND} (does not grow) -> holds; the decoder grows but the encoder's interval reaches +{TREND} "
-        "-> partly holds; the decoder's does not lie above it -> does not hold (95% intervals over "
-        f"{_seeds(results)})"
+        f"below +{TREND} (does not grow) -> holds; the decoder grows but the encoder's interval lies at or above "
+        f"+{TREND} -> partly holds; the decoder's lies at or below it -> does not hold; an interval that straddles "
+        f"+{TREND} is inconclusive (95% intervals over {_seeds(results)})"
     )
     key = f"dec slope {slope(dec).text('+.2f')}, enc {slope(enc).text('+.2f')}"
     return verdict_row("L3", prediction, measured, verdict, reason, FIGURE, key=key)
@@ -182,6 +191,7 @@ def post_vanishing(results: dict) -> dict:
 
 
 def pre_highway(results: dict) -> dict:
+    TREND = _trend()
     prediction = "Pre-LN: gradients reach the first layer undamped (gradient part of S3, at init)"
     cells = _stacks(results, "pre")
     if not cells:
