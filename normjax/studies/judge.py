@@ -70,8 +70,8 @@ def moved(study: Study, name: str, factor: float):
 
 def sensitivity(experiment: str, results: dict, source: str = "results") -> list[dict]:
     """Each threshold of the study moved by every MOVES fraction, the study re-judged: one entry per (threshold,
-    move) with the rows whose verdict flips ({claim, verdict, moved}) and `changed`, whether any row changed
-    at all (False: the rules do not read this threshold when they run, or it does not reach any verdict)."""
+    move) with the rows whose verdict flips ({index of the row, claim, verdict, moved}) and `changed`, whether
+    any row changed at all (False: the rules do not read this threshold when they run, or it reaches no row)."""
     study = BY_NAME.get(experiment)
     if study is None or study.verdicts is None:
         return []
@@ -81,9 +81,9 @@ def sensitivity(experiment: str, results: dict, source: str = "results") -> list
         for factor in MOVES:
             with moved(study, name, factor):
                 rows = judge(experiment, results, source)
-            flips = [
-                {"claim": a["claim"], "verdict": a["verdict"], "moved": b["verdict"]}
-                for a, b in zip(base, rows, strict=False)  # one row per claim: the same order under any threshold
+            flips = [  # one row per claim and study: the same order under any threshold
+                {"index": i, "claim": a["claim"], "verdict": a["verdict"], "moved": b["verdict"]}
+                for i, (a, b) in enumerate(zip(base, rows, strict=False))
                 if a["verdict"] != b["verdict"]
             ]
             value = study.thresholds[name].value

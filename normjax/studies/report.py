@@ -79,8 +79,8 @@ def collect_rows(studies: dict[str, dict]) -> dict[str, list[dict]]:
     """{claim id: [verdict rows, each with its experiment]} in CLAIMS order."""
     rows = {claim: [] for claim in CLAIMS}
     for name, saved in studies.items():
-        for row in saved["verdicts"]:  # judged and validated by load_results
-            rows[row["claim"]].append(row | {"experiment": name, "off_preset": _off_preset(saved)})
+        for i, row in enumerate(saved["verdicts"]):  # judged and validated by load_results
+            rows[row["claim"]].append(row | {"experiment": name, "index": i, "off_preset": _off_preset(saved)})
     return rows
 
 
@@ -150,12 +150,16 @@ def _counts(verdicts: dict[str, str]) -> str:
     return text + (f"; {flat.count(NOT_RUN)} not run" if flat.count(NOT_RUN) else "")
 
 
+def _short(text: str, width: int = 100) -> str:
+    return text if len(text) <= width else text[: text.rfind(" ", 0, width)] + " ..."
+
+
 def summary_table(rows: dict[str, list[dict]], verdicts: dict[str, str]) -> list[str]:
     """One row per claim: its verdict, then each check's verdict and deciding number (details below)."""
     lines = ["| claim | verdict | checks: verdict, key number (95% interval over seeds), study |", "|---|---|---|"]
     for claim, claim_rows in rows.items():
         evidence = "; ".join(
-            f"{r['verdict']}: {r.get('key') or r['measured'][:80]} ({r['experiment']})" for r in claim_rows
+            f"{r['verdict']}: {r.get('key') or _short(r['measured'])} ({r['experiment']})" for r in claim_rows
         )
         cell = _claim_cell(claim, verdicts[claim], claim_rows)
         lines.append(f"| {claim} | {cell} | {_cell(evidence) or 'no study judged it'} |")
@@ -163,23 +167,22 @@ def summary_table(rows: dict[str, list[dict]], verdicts: dict[str, str]) -> list
 
 
 def _flip_text(entry: dict, name: str, rows: dict[str, list[dict]], verdicts: dict[str, str]) -> str:
-    """What a moved threshold flips: each row, and the claim's verdict when it changes too."""
+    """What a moved threshold flips: each row of study `name`, and its claim's verdict when that changes too."""
     if entry["value"] == 0:
         return "not moved (its value is 0)"
     if not entry["changed"]:
         return "no row changes"
     if not entry["flips"]:
         return "no flip"
+    moved = {flip["index"]: flip["moved"] for flip in entry["flips"]}
     parts = []
     for flip in entry["flips"]:
-        claim, moved = flip["claim"], []
-        for r in rows[claim]:
-            same = r["experiment"] != name or r["verdict"] != flip["verdict"] or moved.count(flip["moved"])
-            moved.append(r["verdict"] if same else flip["moved"])
+        claim = flip["claim"]
+        now = claim_verdict(
+            moved.get(r["index"], r["verdict"]) if r["experiment"] == name else r["verdict"] for r in rows[claim]
+        )
         text = f"{claim} ({name}): {flip['verdict']} -> {flip['moved']}"
-        if (now := claim_verdict(moved)) != verdicts[claim]:
-            text += f"; claim {claim}: {verdicts[claim]} -> {now}"
-        parts.append(text)
+        parts.append(text + (f"; claim {claim}: {verdicts[claim]} -> {now}" if now != verdicts[claim] else ""))
     return "; ".join(parts)
 
 
