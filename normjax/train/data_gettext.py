@@ -282,9 +282,8 @@ def cached_corpus(spec: CorpusSpec) -> str:
     return folder
 
 
-def _check_files(folder: str, manifest: dict) -> None:
-    """Raises DataError when a split file or the tokenizer is missing or differs from the manifest's sha256."""
-    want = manifest["files"] | {manifest["tokenizer"]["file"]: manifest["tokenizer"]["sha256"]}
+def _check_files(folder: str, want: dict[str, str]) -> None:
+    """Raises DataError when a file (name -> sha256 in the manifest) is missing or has other bytes."""
     for name, sha in want.items():
         path = os.path.join(folder, name)
         if not os.path.isfile(path) or _sha256_file(path) != sha:
@@ -310,21 +309,24 @@ def load_corpus(folder: str, src: str = "de", tgt: str = "en"):
     try:
         manifest = json.loads(raw)
         built = (manifest["settings"]["src"], manifest["settings"]["tgt"])
+        tokenizer = manifest["tokenizer"]["file"]
+        files = dict(manifest["files"]) | {tokenizer: manifest["tokenizer"]["sha256"]}
+        pairs = {name: int(manifest["pairs"][name]) for name in SPLITS}
     except (ValueError, KeyError, TypeError) as e:
         raise DataError(f"{path} is not a corpus manifest ({type(e).__name__}: {e})") from None
     if built != (src, tgt):
         raise DataError(f"{folder} is a {built[0]}-{built[1]} corpus but config.data.src_lang/tgt_lang are {src}-{tgt}")
-    _check_files(folder, manifest)
-    with open(os.path.join(folder, manifest["tokenizer"]["file"]), "rb") as f:
+    _check_files(folder, files)
+    with open(os.path.join(folder, tokenizer), "rb") as f:
         try:
             vocab = SubwordVocab(f.read())
         except ValueError as e:
             raise DataError(f"{f.name}: {e}") from None
     lines = {name: [read_lines(os.path.join(folder, f"{name}.{lang}")) for lang in (src, tgt)] for name in SPLITS}
     for name, (s, t) in lines.items():
-        if not len(s) == len(t) == manifest["pairs"][name]:
+        if not len(s) == len(t) == pairs[name]:
             raise DataError(
-                f"{folder}: {name} has {len(s)} {src} and {len(t)} {tgt} lines, manifest says {manifest['pairs'][name]}"
+                f"{folder}: {name} has {len(s)} {src} and {len(t)} {tgt} lines, manifest says {pairs[name]}"
             )
     splits = {
         name: [
@@ -335,8 +337,8 @@ def load_corpus(folder: str, src: str = "de", tgt: str = "en"):
     record = {
         "path": os.path.abspath(folder),
         "manifest_sha256": hashlib.sha256(raw).hexdigest(),
-        "pairs": manifest["pairs"],
-        "tokenizer_sha256": manifest["tokenizer"]["sha256"],
+        "pairs": pairs,
+        "tokenizer_sha256": files[tokenizer],
         "vocab_size": len(vocab),
     }
     return vocab, splits, {name: lines[name][1] for name in ("valid", "test")}, record
