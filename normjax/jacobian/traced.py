@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import errors as flax_errors
 from flax import nnx
 from jax.extend import core as jex
 from jax.flatten_util import ravel_pytree
@@ -430,6 +431,28 @@ def split_params(params) -> tuple[list, Callable]:
     return [leaf for leaf, a in zip(leaves, is_array, strict=True) if a], rebuild
 
 
+CLOSURE_FIX = (
+    "pass the module itself (jacobian.spectral_norm(module, x)), or close over a copy: graphdef, state = "
+    "nnx.split(module); f = lambda x: nnx.merge(graphdef, state, copy=True)(x)"
+)
+
+
+def _trace_module_safe(flat, p_leaves, x_N):
+    """jax.make_jaxpr(flat)(p_leaves, x_N); flax's trace-level errors (a closure over an nnx.Module that sows,
+    draws from nnx.Rngs or runs nnx.scan mutates it inside our trace) become one TypeError with the fix."""
+    try:
+        return jax.make_jaxpr(flat)(p_leaves, x_N)
+    except (flax_errors.TraceContextError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "trace level" not in first:
+            raise
+        raise TypeError(
+            "normjax.jacobian: f closes over an nnx.Module that it mutates or splits while traced (sow, "
+            f"nnx.Rngs/dropout, nnx.scan), which flax forbids (flax: {first.split(', got')[0].split(' (http')[0]}): "
+            f"{CLOSURE_FIX}."
+        ) from None
+
+
 def convert(f, x, params=None) -> Converted:
     """Traces f at x into a `PureFn` and its argument list (consts, then the array leaves of params).
 
@@ -452,7 +475,7 @@ def convert(f, x, params=None) -> Converted:
         shapes["out"] = jax.tree.map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), y)
         return ravel_pytree(y)[0] if jax.tree.leaves(y) else jnp.zeros((0,), x_N.dtype)
 
-    closed = jax.make_jaxpr(flat)(p_leaves, x_N)
+    closed = _trace_module_safe(flat, p_leaves, x_N)
     if _has_jit_consts(closed.jaxpr):
         closed = jax.make_jaxpr(lambda *a: _eval_inlined(closed.jaxpr, closed.consts, a))(*p_leaves, x_N)
     consts = list(closed.consts)
