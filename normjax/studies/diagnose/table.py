@@ -53,7 +53,7 @@ def table_rows(stack: dict) -> list[list[str]]:
     rows.append(
         [
             "out",
-            "final norm" if final else "(none)",
+            "final norm" if final else ("-" if stack.get("given_as_functions") else "(none)"),
             _num(stack["stream_rms"][-1]),
             _num(final.get("sigma")),
             _num(final.get("ln_jacobian")),
@@ -78,12 +78,22 @@ def format_table(results: dict, markdown: bool = False) -> str:
         rows = table_rows(stack)
         sites = "/".join(stack["sigma"]) or "none"
         per_head = any(site.endswith((".q", ".k", ".v")) for site in stack["sigma"])
-        lines.append(
-            f"{'### ' if markdown else ''}{name} stack: {stack['num_layers']} layers, {model['norm']}, "
-            f"d_model {model['d_model']}; norm columns list the sites {sites} "
-            "(input scale: sigma for layernorm, rms for rmsnorm"
-            + ("; q/k/v norms act per head: ||dN/dz|| is the token's, sigma the mean over heads)" if per_head else ")")
-        )
+        if stack.get("given_as_functions"):  # diagnose_blocks: a model of any framework
+            lines.append(
+                f"{'### ' if markdown else ''}{name}: {stack['num_layers']} blocks given as functions, d "
+                f"{model['d_model']}; the norm and FFN gradient columns are measured on normjax models only"
+            )
+        else:
+            lines.append(
+                f"{'### ' if markdown else ''}{name} stack: {stack['num_layers']} layers, {model['norm']}, "
+                f"d_model {model['d_model']}; norm columns list the sites {sites} "
+                "(input scale: sigma for layernorm, rms for rmsnorm"
+                + (
+                    "; q/k/v norms act per head: ||dN/dz|| is the token's, sigma the mean over heads)"
+                    if per_head
+                    else ")"
+                )
+            )
         if markdown:
             cells = [[c.replace("|", "\\|") for c in r] for r in rows]
             lines += ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(rows[0])]
@@ -96,7 +106,7 @@ def format_table(results: dict, markdown: bool = False) -> str:
     probe = results.get("probe")
     if probe:
         lines += [diagnose_probe.summary_line(probe, probe["signals"]), ""]
-    else:
+    elif "model" in results and "placement" in results["model"]:  # a normjax model: the probe can train it
         lines += [
             "at init only: add --config.probe_steps=30 and the run's --config.train.lr / warmup_steps / schedule / "
             "optimizer to probe early training (DeepNet's and Xiong et al.'s signals)",
@@ -120,7 +130,13 @@ def _stack_warnings(name: str, s: dict, t: dict) -> list[str]:
     out, rms = [], np.array(s["stream_rms"], np.float64)
     growth = rms[-1] / rms[0]
     if growth >= t["stream_growth"]:
-        advice = "keep the final norm" if s["final_norm"] else "this stack has no final norm: add one (final_norm=True)"
+        advice = (
+            "keep the final norm"
+            if s["final_norm"]
+            else "add a norm after the last block"
+            if s.get("given_as_functions")
+            else "this stack has no final norm: add one (final_norm=True)"
+        )
         out.append(
             f"{name}: residual stream grows {_times(growth)} over depth (rms {rms[0]:.3g} -> {rms[-1]:.3g}): {advice}"
         )
@@ -246,7 +262,7 @@ def warnings(results: dict, cfg, thresholds: dict, workdir: str) -> list[str]:
         out.append(f"gradients are not finite at init: {results['grad_error']}")
     for name in results["stack_order"]:
         out += _stack_warnings(name, results["stacks"][name], thresholds)
-    if isinstance(cfg.placement, str):
+    if cfg is not None and isinstance(cfg.placement, str):  # cfg None: a model given as block functions
         for stack in cfg.stacks:
             out += [w for w in past_runs(workdir, cfg.placement, cfg.norm, cfg.stack_depth(stack)) if w not in out]
     return out
