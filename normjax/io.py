@@ -58,10 +58,15 @@ def _umask() -> int:
         return mask
 
 
+def is_disk_full(error: BaseException) -> bool:
+    """Whether `error` says the disk (or quota) is full: an OSError's errno, or the message libraries that wrap
+    it (orbax, tensorstore) keep."""
+    return getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or os.strerror(errno.ENOSPC) in str(error)
+
+
 def disk_full(path: str, nbytes: int, error: BaseException) -> WorkdirError | None:
     """The one-line error for a full disk (or quota) while writing `nbytes` to `path`; None for other errors."""
-    full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or os.strerror(errno.ENOSPC) in str(error)
-    if not full:
+    if not is_disk_full(error):
         return None
     folder = os.path.dirname(os.path.abspath(path))
     free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0

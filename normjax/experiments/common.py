@@ -3,7 +3,8 @@
 Every main accepts --config (a file, default the packaged quick preset), --config.<key>=<value> overrides,
 --workdir, --print_config (validate, print the resolved config as JSON, write nothing, exit 0) and
 --progress. Any bad value, file or folder ends the program with one `config error: ...` line and
-exit status 2 before anything is written.
+exit status 2 before anything is written. A Ctrl-C ends it with one `interrupted: ...` line saying what was
+kept for a rerun to resume from, and exit status 130.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import glob
 import json
 import os
 import sys
@@ -24,9 +26,11 @@ from normjax import host_memory, studies
 from normjax.io import config_diff
 from normjax.studies import runner, schema
 from normjax.train import cli, memory
+from normjax.train.checkpoint import MANIFEST
 from normjax.train.config_io import ConfigError
 
 STUDY, TRAIN, SWEEP = "study", "train", "sweep"
+INTERRUPTED = 130  # the exit status of a program ended by Ctrl-C (128 + SIGINT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,28 +204,55 @@ def _args(exp: Experiment, fv: flags.FlagValues, argv: list[str]) -> Args:
     return Args(fv.config, overrides, fv.workdir, fv.progress, **extra)
 
 
+def _checkpoint_kept(workdir: str) -> str:
+    folder = os.path.join(workdir, "checkpoints")
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    steps = [int(n) for n in names if n.isdigit() and os.path.exists(os.path.join(folder, n, MANIFEST))]
+    return f"the checkpoint at step {max(steps)} in {folder}" if steps else f"no checkpoint yet in {workdir}"
+
+
+def kept(exp: Experiment, workdir: str) -> str:
+    """What an interrupted run of `exp` left in `workdir` for the same command to resume from, in words."""
+    if exp.kind == TRAIN:
+        return _checkpoint_kept(workdir)
+    folder = os.path.join(workdir, exp.name)
+    if exp.kind == STUDY:
+        pieces = [p for p in glob.glob(os.path.join(folder, "partial", "*.json")) if not p.endswith("config.json")]
+        return f"{len(pieces)} computed pieces in {os.path.join(folder, 'partial')}"
+    runs = glob.glob(os.path.join(folder, "*", "summary.json"))
+    return f"{len(runs)} finished runs in {folder} and the newest checkpoints of the others"
+
+
 def main(exp: Experiment, fv: flags.FlagValues, argv: list[str], full_argv: list[str]) -> None:
     """Keep freed host memory (`normjax.host_memory`), validate, then --print_config or check the workdir and run;
-    config errors (a bad NORMJAX_KEEP_FREED_MEMORY too) exit with status 2."""
+    config errors (a bad NORMJAX_KEEP_FREED_MEMORY too) exit with status 2, a Ctrl-C with one line saying what
+    was kept and status 130."""
     logging.set_verbosity(logging.WARNING)
-    with cli.exit_on_config_error():
-        try:
-            host_memory.keep_freed_memory()
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        if len(argv) > 1:
-            raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
-        args = _args(exp, fv, full_argv)
-        num_devices = cli.setup_devices(args.distributed)
-        resolved = exp.validate(args, num_devices)
-        if fv.print_config:
-            print(json.dumps(resolved, indent=2, default=str))
-            return
-        check_workdir(args.workdir)
-        if exp.kind in (STUDY, SWEEP):  # a study's folder is WORKDIR/<name>, a sweep's too (warmup_ablation)
-            check_workdir(os.path.join(args.workdir, exp.name))
-        with progress_bars(args.progress):
-            exp.run(args)
+    workdir = None  # set once the run may write
+    try:
+        with cli.exit_on_config_error():
+            try:
+                host_memory.keep_freed_memory()
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            if len(argv) > 1:
+                raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
+            args = _args(exp, fv, full_argv)
+            num_devices = cli.setup_devices(args.distributed)
+            resolved = exp.validate(args, num_devices)
+            if fv.print_config:
+                print(json.dumps(resolved, indent=2, default=str))
+                return
+            check_workdir(args.workdir)
+            if exp.kind in (STUDY, SWEEP):  # a study's folder is WORKDIR/<name>, a sweep's too (warmup_ablation)
+                check_workdir(os.path.join(args.workdir, exp.name))
+            workdir = args.workdir
+            with progress_bars(args.progress):
+                exp.run(args)
+    except KeyboardInterrupt:
+        what = "before anything was written" if workdir is None else f"kept {kept(exp, workdir)}"
+        print(f"interrupted: {what}; rerun the same command to resume", file=sys.stderr)
+        sys.exit(INTERRUPTED)
 
 
 def launch(exp: Experiment) -> None:

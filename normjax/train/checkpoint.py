@@ -1,5 +1,6 @@
 """Orbax checkpoints of the whole train state plus the data position, each verified by its sha256 manifest."""
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -9,7 +10,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from normjax.io import WorkdirError, disk_full, free_name, read_json, write_json
+from normjax.io import WorkdirError, disk_full, free_name, is_disk_full, read_json, write_json
 from normjax.train.steps import TrainState
 
 MANIFEST = "normjax_sha256.json"  # written into checkpoints/<step>/ once orbax has committed the step
@@ -53,6 +54,42 @@ def damage(folder: str) -> str | None:
         return f"files missing: {missing}, unexpected: {extra}"
     changed = [f for f in present if _sha256(os.path.join(folder, f)) != files[f]]
     return f"{changed[0]} does not match its checksum" if changed else None
+
+
+def _not_disk_full(record: logging.LogRecord) -> bool:
+    """False for a log record of a full disk (orbax's writer threads and leftover asyncio tasks log one
+    traceback each)."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not is_disk_full(error if error is not None else Exception(record.getMessage()))
+
+
+def _after_disk_full(record: logging.LogRecord) -> bool:
+    """_not_disk_full, as the filter that stays once the disk was full."""
+    return _not_disk_full(record)
+
+
+QUIETED = ("absl", "asyncio")  # orbax logs through absl.logging; its unfinished write tasks through asyncio
+
+
+def _filter(log_filter, add: bool = True) -> None:
+    for name in QUIETED:
+        logger = logging.getLogger(name)
+        logger.addFilter(log_filter) if add else logger.removeFilter(log_filter)
+
+
+@contextlib.contextmanager
+def _quiet_disk_full():
+    """While a checkpoint is written, orbax logs no disk-full tracebacks: `Checkpointer.save` says it in one
+    line. After a full disk they stay hidden (its unfinished tasks log theirs when collected, up to the exit)."""
+    _filter(_not_disk_full)
+    try:
+        yield
+    except Exception as e:
+        if is_disk_full(e):
+            _filter(_after_disk_full)
+        raise
+    finally:
+        _filter(_not_disk_full, add=False)
 
 
 class Checkpointer:
@@ -119,8 +156,9 @@ class Checkpointer:
         """
         tree = self._tree(state, data_pos)
         try:
-            self.manager.save(step, args=ocp.args.StandardSave(tree))
-            self.manager.wait_until_finished()
+            with _quiet_disk_full():
+                self.manager.save(step, args=ocp.args.StandardSave(tree))
+                self.manager.wait_until_finished()
             if self.main:
                 write_json(os.path.join(self._folder(step), MANIFEST), manifest(self._folder(step), self.fingerprint))
         except Exception as e:  # orbax and tensorstore wrap OSError in their own types

@@ -65,11 +65,12 @@ def load_byte_corpus(
     """
     root = _checked_root(directory, suffix)
     parts: dict[str, list[np.ndarray]] = {"train": [], "valid": []}
-    for i, (_, data) in enumerate(_read_corpus(root, suffix, max_bytes)):
+    names: dict[str, list[str]] = {"train": [], "valid": []}
+    for i, (path, data) in enumerate(_read_corpus(root, suffix, max_bytes)):
         ids = np.frombuffer(data, np.uint8).astype(np.int32) + BYTE_OFFSET
-        parts["valid" if i % valid_every == valid_every - 1 else "train"].append(
-            np.append(ids, SPECIALS.index("</s>")).astype(np.int32)
-        )
+        split = "valid" if i % valid_every == valid_every - 1 else "train"
+        parts[split].append(np.append(ids, SPECIALS.index("</s>")).astype(np.int32))
+        names[split].append(str(path))
     if len(parts["train"]) + len(parts["valid"]) < 2:
         raise DataError(
             f"config.data.path={root!r} gives {len(parts['train']) + len(parts['valid'])} *{suffix} file(s) "
@@ -78,6 +79,13 @@ def load_byte_corpus(
         )
     if not parts["valid"]:
         parts["valid"].append(parts["train"].pop())
+        names["valid"].append(names["train"].pop())
+    if all(len(ids) == 1 for ids in parts["valid"]):  # eos alone: every validation file is empty
+        raise DataError(
+            f"config.data.path={root!r}: the validation split is empty: {', '.join(names['valid'])} (bytes_lm "
+            f"validates on every {valid_every}-th *{suffix} file in sorted order, else on the last); remove the empty"
+            " file or add text to it"
+        )
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 
 import jax
+import tqdm
 
 from normjax import host_memory
 from normjax.io import WorkdirError
@@ -59,9 +60,11 @@ def _die_with(parent: int) -> None:
 def _setup_worker(parent: int) -> None:
     """Runs in each worker before any jax computation (XLA reads XLA_FLAGS when its backend starts): one XLA
     thread, and freed host memory kept (`normjax.host_memory`) as in the parent's experiment main. The worker
-    ignores Ctrl-C (the parent stops it) and ends with its parent (`_die_with`)."""
+    ignores Ctrl-C (the parent stops it), ends with its parent (`_die_with`) and holds no semaphore that a
+    kill would leave behind (the resource tracker would warn of it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with(parent)
+    tqdm.tqdm.set_lock(threading.RLock())  # not its default semaphore, which a killed worker would leak
     host_memory.keep_freed_memory()
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {ONE_THREAD_FLAGS}".strip()
 
