@@ -1,13 +1,17 @@
 """warmup_ablation: the grid and its sub-grids run through the sweep engine; the S5 rule on synthetic results."""
 
 import numpy as np
+import pytest
 
+import normjax
+from normjax import train
 from normjax.report import VERDICTS
 from normjax.report.claims import CONSTRUCTION
 from normjax.studies import runner
 from normjax.studies.judge import judge
 from normjax.studies.warmup_ablation import measure as warmup_ablation
-from normjax.studies.warmup_ablation.verdicts import critical_lrs, warmup_sensitivity
+from normjax.studies.warmup_ablation.verdicts import answer_table, critical_lrs, warmup_sensitivity
+from normjax.train import job, schedules
 from normjax.train.config_io import default_config, sweep_axes
 
 TINY = {"d_model": 16, "num_heads": 2, "d_ff": 32, "num_layers": 1}
@@ -49,6 +53,8 @@ def test_warmup_ablation_smoke(tmp_path):
         assert r["outcome"] == ("stalled" if r["final_valid_nll"] >= results["stall_nll"] else "ok")
     assert results["stall_nll"] < results["unigram_nll"] and results["target_nll"] < results["stall_nll"]
     assert (tmp_path / "wa" / "heatmap.png").exists() and (tmp_path / "wa" / "sweep.json").exists()
+    assert (tmp_path / "wa" / "lr_sensitivity.png").exists() and results["data"]["task"] == "synthetic"
+    assert all(r["init_valid_nll"] is not None and r["update_ratio"] for r in runs)
     rows = {r["claim"]: r for r in judge("warmup_ablation", results)}
     assert set(rows) == {"S5", "X7", "X8", "R7"}
     assert all(r["verdict"] in VERDICTS for r in rows.values())
@@ -97,7 +103,7 @@ def test_s5_holds_when_post_ln_fails_on_every_seed_and_warmup_rescues_it():
     }
     row = warmup_sensitivity(_results(cells))
     assert row["verdict"] == "holds" and row["numbers"]["cells_showing_effect"] == [[2, 1e-2]]
-    assert row["numbers"]["lrs_rescued_by_warmup"] == [1e-2]
+    assert row["numbers"]["cells_rescued_by_warmup"] == [[2, 1e-2]]
     crit = row["numbers"]["critical_lr"]
     assert crit["post"]["2"] == {"lower": 1e-3, "upper": 1e-2, "state": "fails"} and crit["pre"]["2"]["upper"] is None
     assert "stall 3.60" in row["key"] and "(0.001, 0.01] (0.01: fails)" in row["measured"]
@@ -114,7 +120,8 @@ def test_s5_a_noisy_cell_whose_mean_trains_does_not_count():
     noisy = [2.5, 3.55, 3.55]
     cells = {("post", 1e-2, 0): STUCK, ("pre", 1e-2, 0): noisy, ("post", 1e-2, 20): TRAINED}
     row = warmup_sensitivity(_results(cells))
-    assert np.mean(noisy) < STALL and row["verdict"] == "does not hold"
+    assert np.mean(noisy) < STALL and row["numbers"]["cells_showing_effect"] == []
+    assert row["verdict"] == "partly holds"  # only warmup's rescue of Post-LN is shown
     assert "Pre-LN mixed" in row["measured"]
 
 
@@ -148,16 +155,74 @@ def test_a_seed_override_shifts_every_seed_axis_and_a_swept_key_is_replaced_in_e
         assert list(axes["train.lr"]) == [0.02], name
 
 
-def test_every_preset_runs_three_seeds_and_ten_times_its_longest_warmup():
+def test_every_preset_runs_three_seeds_long_warmups_and_runs_three_times_the_longest():
     from normjax.studies.warmup_ablation import config as presets
 
     for preset in ("quick", "standard", "paper"):
         config = presets.get_config(preset)
-        grids = [config.sweep.axes, *config.sweep.grids.values()]
-        assert {"constant", "depth_lr", "adam999", "radam", "sgd"} <= set(config.sweep.grids), preset
-        for axes in grids:
+        assert {"depth", "placements", "radam"} <= set(config.sweep.grids), preset
+        warmups = list(config.sweep.axes["train.warmup_steps"])
+        for axes in [config.sweep.axes, *config.sweep.grids.values()]:
             assert len(set(axes["train.seed"])) == 3, preset
-            assert config.train.num_steps >= 10 * max(axes.get("train.warmup_steps", [config.train.warmup_steps]))
-        assert config.train.schedule == "inverse_sqrt" and config.sweep.grids["constant"]["train.schedule"] == [
-            "constant"
-        ]
+            assert config.train.num_steps >= 3 * max(axes.get("train.warmup_steps", warmups)), preset
+        assert config.train.schedule in schedules.FAIR_CONTROLS and config.train.decay_start == max(warmups)
+        assert max(warmups) >= 2 * presets.horizon(config.train.b2), preset  # beyond Adam's second-moment memory
+    standard = presets.get_config("standard")
+    lrs = sorted(standard.sweep.axes["train.lr"])
+    steps = [b / a for a, b in zip(lrs, lrs[1:], strict=False)]
+    assert len(lrs) >= 5 and lrs[-1] / lrs[0] >= 10**1.5 and max(steps) <= 10**0.5 * (1 + 1e-9)
+    assert standard.model.d_model >= 128 and standard.train.num_steps >= 600 and standard.data.task == "bytes_lm"
+    assert sorted(standard.sweep.axes["train.warmup_steps"]) == [0, 2 * 20, 8 * 20]  # beta2 0.95: H = 20
+    assert len(standard.sweep.grids["placements"]["model.placement"]) >= 4
+
+
+def test_every_compared_pair_of_arms_has_the_same_lr_after_the_longer_warmup():
+    """The fair control: for each preset, the runs that differ only in warmup agree at every step >= W."""
+    from normjax.studies.warmup_ablation import config as presets
+
+    for preset in ("quick", "standard"):
+        config = presets.get_config(preset)
+        by_cell: dict = {}
+        for r in train.expand(config, 1):
+            t = r.run.train
+            key = (r.group, r.run.model["placement"], r.run.model["num_layers"], t.lr, t.seed, t.optimizer)
+            by_cell.setdefault(key, []).append(r)
+        compared = [runs for runs in by_cell.values() if len(runs) > 1]
+        assert compared, preset
+        for runs in compared:
+            arms = []
+            for r in runs:
+                cfg = normjax.ModelConfig(**(r.run.model | {"vocab_size": 256, "max_len": r.run.data.seq_len}))
+                arms.append(job.hparams(r.run, cfg))
+            assert schedules.control_mismatch(config.train.schedule, arms, config.train.num_steps) is None
+
+
+def test_lr_sensitivity_of_synthetic_curves():
+    """Wortsman et al.'s metric: the mean gap to the curve's best, failed runs counted at the init loss."""
+    init = 5.5
+    assert warmup_ablation.lr_sensitivity([2.0, 2.0, 2.0], init) == 0.0  # flat: insensitive
+    assert warmup_ablation.lr_sensitivity([2.0, 3.0, 4.0], init) == pytest.approx(1.0)
+    # one lr trains, the others diverge (None) or end above the init loss: they count at the init loss
+    assert warmup_ablation.lr_sensitivity([None, 2.0, 9.0], init) == pytest.approx((2 * init + 2.0) / 3 - 2.0)
+    assert warmup_ablation.lr_sensitivity([float("nan"), 2.5], init) == pytest.approx((init + 2.5) / 2 - 2.5)
+    wide = warmup_ablation.lr_sensitivity([2.0, 2.1, 2.2, 2.4, 2.9], init)
+    narrow = warmup_ablation.lr_sensitivity([2.0, 2.1, 5.0, None, None], init)
+    assert wide < narrow  # a curve that trains over more of the range is less sensitive
+
+
+def test_curves_group_seeds_and_the_answer_table_reads_them():
+    runs = []
+    for seed in range(3):
+        for lr, post0, pre0, post_w in ((1e-3, 2.5, 2.5, 2.5), (1e-2, None, 2.4, 2.45)):
+            for placement, warmup, nll in (("post", 0, post0), ("pre", 0, pre0), ("post", 20, post_w)):
+                run = _run(placement, lr, warmup, seed, nll)
+                runs.append(run | {"init_valid_nll": 5.5, "steps_to_target": 50 if nll else None})
+    results = {"runs": runs, "unigram_nll": H, "stall_nll": STALL, "model": dict(TINY), "data_task": "bytes_lm"}
+    results |= {"num_steps": 60, "b2": 0.95, "schedule": "warmup_then_inverse_sqrt", "decay_start": 20}
+    curves = warmup_ablation.sensitivity_curves(results)
+    assert len(curves) == 9 and all(len(c["lrs"]) == 2 for c in curves)
+    post0 = [c for c in curves if (c["placement"], c["warmup"]) == ("post", 0)]
+    assert all(c["sensitivity"] == pytest.approx((5.5 + 2.5) / 2 - 2.5) for c in post0)
+    table = "\n".join(answer_table(results))
+    assert "| 2 | post | 0.001 | 20 | 0.001, 0.01 |" in table and "| 2 | pre | 0.001, 0.01 | 0 |" in table
+    assert warmup_ablation.failure_pair(results)[0]["lr"] == 1e-2  # Post-LN fails there and trains with warmup

@@ -21,7 +21,8 @@ the warmups 40 and 160 are 2x and 8x of it, and runs are at least 3x the longest
 
 Measured cost (2026-12-01, this 2-core CPU under load, one XLA thread): a d 128, 6-layer byte LM at batch 8 x 64
 bytes costs 0.2 CPU-s per step and about 15 CPU-s to start and compile; a 600-step run about 135 CPU-s.
-quick: d 64, 2 layers, 200 steps, 3 lrs, 2 seeds... (see quick_scale): 48 runs, about 3 CPU minutes per worker.
+quick: d 64, 2 layers, 120 steps, 3 lrs: 54 runs; at 150 steps and 66 runs it took 531 CPU-s (27 min of wall time
+  while other jobs loaded the 2 cores 4x), so about 6 CPU minutes now.
 standard: d 128, 6 layers (12 in `depth`), 600 steps, 3 seeds: 132 runs, about 5 CPU hours (2.5 h on 2 workers);
   it is sized by the cells that decide S5 (docs/results notes what it ran).
 paper (accelerators): Xiong et al.'s Fig. 2 grid on IWSLT14 De-En (6-6 layers, d 512), lr {5e-4, 1e-3} x warmup
@@ -45,9 +46,10 @@ def _seeds(config, num_seeds: int) -> list[int]:
     return [config.train.seed + k for k in range(num_seeds)]
 
 
-def add_grids(config, lrs, warmups, depths, num_seeds=NUM_SEEDS, others=OTHER_PLACEMENTS, depth_lrs=None):
+def add_grids(config, lrs, warmups, depths, num_seeds=NUM_SEEDS, others=OTHER_PLACEMENTS, depth_lrs=None, arm_lrs=None):
     """The main grid (config.sweep.axes) and the sub-grids (config.sweep.grids) of a preset. Every arm shares
-    decay_start = the longest warmup (the fair control); `depths` are the other depths of the `depth` grid."""
+    decay_start = the longest warmup (the fair control); `depths` are the other depths of the `depth` grid;
+    the depth grid runs at `depth_lrs`, the placements and RAdam arms at `arm_lrs` (default: `lrs`)."""
     seeds, longest = _seeds(config, num_seeds), max(warmups)
     config.train.update(schedule="warmup_then_inverse_sqrt", decay_start=longest)
     config.sweep.axes = sweep_axes(
@@ -60,11 +62,11 @@ def add_grids(config, lrs, warmups, depths, num_seeds=NUM_SEEDS, others=OTHER_PL
             "train.lr": depth_lrs or lrs,
             "train.warmup_steps": [0, longest],
         },
-        "placements": {"model.placement": list(others), "train.lr": lrs, "train.warmup_steps": [0]},
+        "placements": {"model.placement": list(others), "train.lr": arm_lrs or lrs, "train.warmup_steps": [0]},
         "radam": {
             "train.optimizer": ["radam"],
             "model.placement": ["post"],
-            "train.lr": lrs,
+            "train.lr": arm_lrs or lrs,
             "train.warmup_steps": [0],
         },
     }
@@ -90,11 +92,13 @@ def _byte_lm(config, d_model, d_ff, num_layers, num_steps, batch_size, seq_len):
 
 
 def quick_scale(config):
-    """d 64, 2 layers (4 in `depth`), 150 steps (3x the warmup of 50 = 2.5H), 3 lrs a decade apart."""
-    config = _byte_lm(config, d_model=64, d_ff=256, num_layers=2, num_steps=150, batch_size=8, seq_len=64)
+    """d 64, 2 layers (4 in `depth`), 120 steps (3x the warmup of 40 = 2H), 3 lrs a decade apart."""
+    config = _byte_lm(config, d_model=64, d_ff=256, num_layers=2, num_steps=120, batch_size=8, seq_len=64)
+    h = horizon(config.train.b2)
     return add_grids(
-        config, lrs=[1e-3, 1e-2, 1e-1], warmups=[0, 50], depths=[4], others=("deepnorm",), depth_lrs=[1e-2]
-    )
+        config, lrs=[1e-3, 1e-2, 1e-1], warmups=[0, 2 * h], depths=[4], others=("deepnorm",), depth_lrs=[1e-2],
+        arm_lrs=[1e-2],
+    )  # fmt: skip
 
 
 def standard_scale(config):
@@ -102,8 +106,8 @@ def standard_scale(config):
     config = _byte_lm(config, d_model=128, d_ff=512, num_layers=6, num_steps=600, batch_size=8, seq_len=64)
     h = horizon(config.train.b2)
     return add_grids(
-        config, lrs=[3e-4, 1e-3, 3e-3, 1e-2, 3e-2], warmups=[0, 2 * h, 8 * h], depths=[12],
-        depth_lrs=[1e-3, 3e-3, 1e-2],
+        config, lrs=[10 ** (k / 2) for k in range(-7, -2)], warmups=[0, 2 * h, 8 * h], depths=[12],
+        depth_lrs=[1e-3, 10**-2.5, 1e-2],
     )  # fmt: skip
 
 
