@@ -7,6 +7,7 @@ from normjax import jacobian, registry
 from normjax.blocks import Block, BlockContext
 from normjax.config import NORMS, PLACEMENTS, ModelConfig
 from normjax.host_memory import keep_freed_memory
+from normjax.hyper import HyperStreams
 from normjax.init import (
     admin_omega,
     deepnorm_constants,
@@ -40,6 +41,7 @@ __all__ = [
     "Block",
     "BlockContext",
     "DualStream",
+    "HyperStreams",
     "ModelConfig",
     "StackProbes",
     "Transformer",

@@ -8,12 +8,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from normjax import registry
 from normjax.config import ModelConfig
 from normjax.cotangent import materialize_cotangent
+from normjax.hyper import HyperConnection
 from normjax.init import NGPT_ALPHA_INIT, InitRule, block_init, kernel_init, ngpt_scale
 from normjax.layers import MLP, NGPTMLP, Attention, dropout
 from normjax.norms import make_norm
+from normjax.registry import Placement
 
 
 @struct.dataclass
@@ -43,9 +44,20 @@ class Sublayer(nnx.Module):
     """A branch F (attention or MLP) and the norms, constants and gate its placement wires around it."""
 
     def __init__(
-        self, cfg: ModelConfig, name: str, placement: str, branch: nnx.Module, init, *, shared_gate: bool, layer=0
+        self,
+        cfg: ModelConfig,
+        name: str,
+        wiring,
+        branch: nnx.Module,
+        init,
+        *,
+        shared_gate: bool,
+        layer=0,
+        index=0,
+        num_streams: int = 1,
     ):
-        wiring = registry.get(placement).wiring(name)
+        """`wiring` is the placement's Wiring of this sublayer; `layer` the block's index in its stack and `index`
+        the sublayer's (both traced when the stack is built by nnx.vmap); `num_streams` n for hyper-connections."""
         self.name, self.wire, self.block_skip = name, wiring.fn, wiring.block_skip
         self.branch = branch
         d, pdt = cfg.d_model, jnp.dtype(cfg.param_dtype)
@@ -62,6 +74,20 @@ class Sublayer(nnx.Module):
         self.gate = None if gate_shape is None else nnx.Param(jnp.full(gate_shape, init.gate_init, pdt))
         # nGPT: the gate stores alpha_scale (init.gate_init) and acts as gate * alpha_init / alpha_scale
         self.eigen_factor = NGPT_ALPHA_INIT / init.gate_init if wiring.hypersphere else None
+        self.hyper = (  # one assignment: a None set first would make `hyper` a static attribute
+            HyperConnection(
+                wiring.hyper,
+                num_streams,
+                d,
+                index,
+                make_norm=make,
+                eps=cfg.norm_eps,
+                sinkhorn_iters=cfg.num_sinkhorn_iters,
+                param_dtype=pdt,
+            )
+            if wiring.hyper
+            else None
+        )
 
     def __call__(self, x, F, records, shared_gate=None, block_input=None):
         def rec(role, z):
@@ -83,15 +109,32 @@ class Sublayer(nnx.Module):
 class Block(nnx.Module):
     """Self attention, cross attention (seq2seq decoder only) and MLP, each a wired Sublayer."""
 
-    def __init__(self, cfg: ModelConfig, stack: str, placement: str, *, rngs: nnx.Rngs, layer=0):
-        entry = registry.get(placement)
+    def __init__(self, cfg: ModelConfig, stack: str, entry: Placement, *, rngs: nnx.Rngs, layer=0):
+        """`entry` is the block's placement (its registry entry, resolved once per layer by the stack)."""
+        if not isinstance(entry, Placement):
+            raise TypeError(f"Block takes its registry entry (normjax.registry.get(name)), got {entry!r}")
         init = block_init(cfg, stack, entry.init(cfg, stack) if entry.init else InitRule())
         init_fn = functools.partial(kernel_init, cfg)
         shared = entry.shared_gate and not cfg.rezero_per_sublayer
         dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
-        self.placement, self.dropout_rate = placement, cfg.dropout
+        self.placement, self.dropout_rate = entry.name, cfg.dropout
         self.branch_multiplier = cfg.branch_multiplier(stack)  # CompleteP / depth-muP (L / L_base)^-alpha
         self.gate = nnx.Param(jnp.zeros((), pdt)) if shared else None
+        per_block = cfg.sublayers_per_block(stack)
+        names = ("attn", "cross", "ffn") if cfg.has_cross_attention(stack) else ("attn", "ffn")
+
+        def sublayer(name, branch):
+            return Sublayer(
+                cfg,
+                name,
+                entry.wiring(name),
+                branch,
+                init,
+                shared_gate=shared,
+                layer=layer,
+                index=layer * per_block + names.index(name),
+                num_streams=cfg.num_streams(stack),
+            )
 
         def attention(name):
             wiring = entry.wiring(name)
@@ -113,7 +156,7 @@ class Block(nnx.Module):
                 param_dtype=pdt,
                 rngs=rngs,
             )
-            return Sublayer(cfg, name, placement, branch, init, shared_gate=shared, layer=layer)
+            return sublayer(name, branch)
 
         self.attn = attention("attn")
         self.cross = attention("cross") if cfg.has_cross_attention(stack) else None
@@ -121,7 +164,7 @@ class Block(nnx.Module):
             mlp = NGPTMLP(cfg.d_model, cfg.d_ff, init.of("ffn"), init_fn=init_fn, dtype=dt, param_dtype=pdt, rngs=rngs)
         else:
             mlp = self._mlp(cfg, init, init_fn, entry, dt, pdt, rngs)
-        self.ffn = Sublayer(cfg, "ffn", placement, mlp, init, shared_gate=shared, layer=layer)
+        self.ffn = sublayer("ffn", mlp)
 
     @staticmethod
     def _mlp(cfg, init, init_fn, entry, dt, pdt, rngs):

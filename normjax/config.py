@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from normjax import registry
+from normjax import hyper, registry
 from normjax.norms import GAINS, NORM_KINDS
 
 ARCHS = ("decoder", "encoder", "encoder_decoder")
@@ -67,6 +67,9 @@ class ModelConfig:
     q, k, v to [-c, c] after their projections (OLMo); `z_loss` is the coefficient of log(Z)^2 in the training loss
     (PaLM 1e-4, OLMo 2 1e-5); `branch_multiplier_alpha` multiplies every branch output by (L / L_base)^-alpha, L the
     stack depth and L_base `branch_multiplier_base_depth` (CompleteP alpha = 1, depth-muP alpha = 1/2).
+
+    Hyper-connections (`shc`, `dhc`, `mhc`): `hyper_streams` is the number n of residual streams (None = 4, the
+    papers' n), `sinkhorn_iters` mHC's Sinkhorn-Knopp iterations (None = 20); each is refused where no layer reads it.
     """
 
     arch: str = "decoder"
@@ -114,6 +117,8 @@ class ModelConfig:
         None  # branch outputs times (L / L_base)^-alpha (CompleteP 1, depth-muP 1/2)
     )
     branch_multiplier_base_depth: int = 1  # L_base
+    hyper_streams: int | None = None  # n residual streams of shc / dhc / mhc; None = 4
+    sinkhorn_iters: int | None = None  # mhc's Sinkhorn-Knopp iterations t_max; None = 20
 
     def __post_init__(self):
         _check_choice("arch", self.arch, ARCHS)
@@ -156,9 +161,8 @@ class ModelConfig:
         for name in ("tie_embeddings", "scan_layers", "remat", "theory", "rezero_per_sublayer"):
             _check_bool(name, getattr(self, name))
         _check_bool("final_norm", self.final_norm, allow_none=True)
+        self._check_streams()
         for stack in self.stacks:
-            if len({registry.get(p).dual_stream for p in self.layer_placements(stack)}) > 1:
-                _fail("placement", self.placement, f"the {stack} stack mixes resi_dual with one-stream placements")
             if self.final_norm is False and self.has_dual_stream(stack):
                 _fail("final_norm", False, "resi_dual's output x_L + N(d_L) needs its norm; use None or True")
         self._check_ngpt()
@@ -191,6 +195,22 @@ class ModelConfig:
             if name not in LAYER_PLACEMENTS:
                 _fail("placement", name, f"per-layer entries must be one of {LAYER_PLACEMENTS}")
         object.__setattr__(self, "placement", tuple(self.placement))
+
+    def _check_streams(self):
+        """One stream kind per stack (ResiDual's pair, n hyper-connection streams, or one); n and t_max where read."""
+        layers = {p for stack in self.stacks for p in self.layer_placements(stack)}
+        for stack in self.stacks:
+            kinds = {registry.get(p).stream_kind: p for p in self.layer_placements(stack)}
+            if len(kinds) > 1:
+                which = ", ".join(f"{p} carries {k!r}" for k, p in kinds.items())
+                _fail("placement", self.placement, f"the {stack} stack mixes stream kinds ({which}); one per stack")
+        for name, readers in (("hyper_streams", hyper.HYPER_KINDS), ("sinkhorn_iters", ("mhc",))):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            _check_positive_int(name, value)
+            if not layers & set(readers):
+                _fail(name, value, f"is read only by placements {', '.join(readers)}; leave it None")
 
     def _check_recipe_options(self):
         """The 2024-26 recipe knobs: gains, QK-norm scope, per-site alpha_0, soft-caps, clipping, z-loss, multiplier."""
@@ -302,6 +322,22 @@ class ModelConfig:
     def has_dual_stream(self, stack: str) -> bool:
         """Whether `stack` carries ResiDual's two streams (its blocks map a `normjax.DualStream`)."""
         return registry.get(self.layer_placements(stack)[0]).dual_stream
+
+    def stream_kind(self, stack: str) -> str:
+        """ "dual" (ResiDual), "hyper" (hyper-connections) or "one": what `stack`'s blocks map."""
+        return registry.get(self.layer_placements(stack)[0]).stream_kind
+
+    def num_streams(self, stack: str) -> int:
+        """The residual streams `stack` carries: n for hyper-connections, 2 for ResiDual, else 1."""
+        kind = self.stream_kind(stack)
+        if kind == "hyper":
+            return self.hyper_streams or hyper.DEFAULT_STREAMS
+        return 2 if kind == "dual" else 1
+
+    @property
+    def num_sinkhorn_iters(self) -> int:
+        """mHC's Sinkhorn-Knopp iterations (`sinkhorn_iters`, default 20)."""
+        return self.sinkhorn_iters or hyper.DEFAULT_SINKHORN_ITERS
 
     def has_embedding_norm(self, stack: str) -> bool:
         """Whether `stack`'s embeddings are normalised (the config's switch, or a placement such as peri_ln)."""

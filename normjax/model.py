@@ -12,6 +12,7 @@ from flax import nnx
 from normjax import init, registry
 from normjax.blocks import Block, BlockContext, norm_factory
 from normjax.config import ModelConfig
+from normjax.hyper import HyperStreams
 from normjax.layers import attention_bias, dropout, softcap
 from normjax.placements import DualStream
 
@@ -100,16 +101,16 @@ class Embedder(nnx.Module):
 
 
 def _make_layers(cfg: ModelConfig, stack: str, rngs: nnx.Rngs):
-    placements = cfg.layer_placements(stack)
+    entries = [registry.get(p) for p in cfg.layer_placements(stack)]  # the placement resolved once per layer
     if not cfg.scan_layers:
-        return nnx.List([Block(cfg, stack, p, rngs=rngs, layer=l) for l, p in enumerate(placements)])
+        return nnx.List([Block(cfg, stack, e, rngs=rngs, layer=l) for l, e in enumerate(entries)])
 
-    @nnx.split_rngs(splits=len(placements))
+    @nnx.split_rngs(splits=len(entries))
     @nnx.vmap(in_axes=(0, 0), out_axes=0)
     def make(rngs, layer):
-        return Block(cfg, stack, placements[0], rngs=rngs, layer=layer)
+        return Block(cfg, stack, entries[0], rngs=rngs, layer=layer)
 
-    return make(rngs, jnp.arange(len(placements)))
+    return make(rngs, jnp.arange(len(entries)))
 
 
 class Stack(nnx.Module):
@@ -120,6 +121,8 @@ class Stack(nnx.Module):
         self.scanned, self.remat = cfg.scan_layers, cfg.remat
         self.causal = stack == "decoder"
         self.dual = cfg.has_dual_stream(stack)  # ResiDual: blocks map DualStream(x, d)
+        # hyper-connections: blocks map HyperStreams of n streams (0: no hyper-connections)
+        self.hyper_streams = cfg.num_streams(stack) if cfg.stream_kind(stack) == "hyper" else 0
         self.layers = _make_layers(cfg, stack, rngs)
         self.final_norm = norm_factory(cfg, "final")(cfg.d_model) if cfg.has_final_norm(stack) else None
 
@@ -164,22 +167,32 @@ class Stack(nnx.Module):
         x, stacked = body(x, self.layers, keys)
         return x, [jax.tree.map(lambda a, l=l: a[l], stacked) for l in range(self.depth)]
 
-    def output(self, last):
-        """The stack output from its last stream: N(x_L) (x_L without a final norm); x_L + N(d_L) for ResiDual.
-
-        ResiDual as microsoft/ResiDual `resi_dual/resi_dual.py` lines 131 and 283 (`x * alpha + layer_norm(res)`,
-        alpha = 1 by default).
-        """
+    def initial_state(self, x):
+        """What block 0 maps, from x_0: x_0; DualStream(x_0, x_0) for ResiDual (`resi_dual/resi_dual.py` lines 107
+        and 252); n copies of x_0 for hyper-connections (lucidrains `hyper_connections.py` line 59)."""
         if self.dual:
-            return last.x + (last.d if self.final_norm is None else self.final_norm(last.d))
-        return last if self.final_norm is None else self.final_norm(last)
+            return DualStream(x, x)
+        return HyperStreams((x,) * self.hyper_streams) if self.hyper_streams else x
+
+    def final_norm_input(self, last):
+        """What the final norm reads from the last state: x_L; d_L for ResiDual; the sum of the streams for
+        hyper-connections (lucidrains `hyper_connections.py` line 61, `reduce_stream` by sum)."""
+        if self.dual:
+            return last.d
+        return last.total() if self.hyper_streams else last
+
+    def output(self, last):
+        """The stack output from its last state: N(x_L) (x_L without a final norm); x_L + N(d_L) for ResiDual
+        (microsoft/ResiDual `resi_dual/resi_dual.py` lines 131 and 283, `x * alpha + layer_norm(res)`, alpha = 1);
+        N(sum of the streams) for hyper-connections."""
+        z = self.final_norm_input(last)
+        z = z if self.final_norm is None else self.final_norm(z)
+        return last.x + z if self.dual else z
 
     def __call__(self, x, ctx: BlockContext, key=None, record: bool = False):
-        """(output, records, last stream): x_L (a DualStream (x_L, d_L) for ResiDual) and the output from it.
-
-        A ResiDual stack starts from DualStream(x_0, x_0), as `resi_dual/resi_dual.py` lines 107 and 252.
-        """
-        last, records = self.run_blocks(DualStream(x, x) if self.dual else x, ctx, key, record=record)
+        """(output, records, last state): x_L (a DualStream (x_L, d_L) for ResiDual, the HyperStreams for
+        hyper-connections) and the output from it; the stack starts from `initial_state(x)`."""
+        last, records = self.run_blocks(self.initial_state(x), ctx, key, record=record)
         return self.output(last), records, last
 
 
@@ -212,11 +225,12 @@ class Transformer(nnx.Module):
         # a hypersphere placement (ngpt) names the whole model: ModelConfig refuses it in per-layer tuples
         entry = registry.get(cfg.placement) if isinstance(cfg.placement, str) else None
         hypersphere = entry is not None and any(w.hypersphere for w in entry.wirings.values())
+        self._post_update = None if entry is None else entry.post_update
         scale = init.ngpt_scale(cfg.d_model)
         # nGPT's s_z (NVIDIA/ngpt model.py lines 239-241, 284-285): stored as base_scale, used as s_z / base_scale
         self.sz = nnx.Param(jnp.full((cfg.vocab_size,), scale, jnp.dtype(cfg.param_dtype))) if hypersphere else None
         self.sz_factor = init.NGPT_SZ_INIT / scale
-        if entry is not None and entry.post_update is not None:  # at init too (nGPT's unit weights)
+        if self._post_update is not None:  # at init too (nGPT's unit weights)
             nnx.update(self, self.post_update(nnx.state(self, nnx.Param)))
 
     def post_update(self, params):
@@ -224,8 +238,7 @@ class Transformer(nnx.Module):
 
         `normjax.train.steps.train_step` calls it right after `optax.apply_updates`.
         """
-        entry = registry.get(self.cfg.placement) if isinstance(self.cfg.placement, str) else None
-        return params if entry is None or entry.post_update is None else entry.post_update(params)
+        return params if self._post_update is None else self._post_update(params)
 
     # -- contexts -----------------------------------------------------------------------------------
     def context(

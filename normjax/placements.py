@@ -126,6 +126,8 @@ class Wiring:
         and MLP (`layers.NGPTMLP`), the block has no norm module and no biases.
       depth_scaled: LNS: the sublayer holds 1/sqrt(l) (`s.lns_scale`, l = block index + 1), a fixed variable.
       block_skip: B2T: the wiring also reads the block's input (`fn(s, x, F, rec, gate, x_in)`).
+      hyper: hyper-connections: the kind ("shc", "dhc", "mhc") of the sublayer's mixing matrices
+        (`s.hyper`, a `normjax.hyper.HyperConnection`); the wiring maps `normjax.HyperStreams`.
     """
 
     fn: Callable
@@ -138,3 +140,4 @@ class Wiring:
     hypersphere: bool = False
     depth_scaled: bool = False
     block_skip: bool = False
+    hyper: str = ""

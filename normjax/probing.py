@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from normjax.blocks import BlockContext, split_records
+from normjax.hyper import HyperStreams
 from normjax.jacobian import traced
 from normjax.layers import attention_bias
 from normjax.model import Transformer
@@ -30,6 +31,10 @@ class StackProbes:
     A ResiDual stack (`placement="resi_dual"`) carries two streams: streams[l] is its Post-LN stream x_l,
     dual_streams[l] its dual stream d_l (d_0 = x_0, d_{l+1} = d_l + the block's branch outputs), and
     final_norm_input is d_L (the stack outputs x_L + N(d_L)). dual_streams is None for every other stack.
+
+    A hyper-connected stack (`shc`, `dhc`, `mhc`) carries n streams: hyper_streams[l] (n, B, T, D) holds them,
+    streams[l] their sum (what the read-out sees; at n = 1 the Pre-LN stream), and final_norm_input the sum at L.
+    hyper_streams is None for every other stack.
     """
 
     streams: list
@@ -37,6 +42,7 @@ class StackProbes:
     branch_outputs: list
     final_norm_input: jax.Array | None
     dual_streams: list | None = None
+    hyper_streams: list | None = None
 
 
 def stack_names(model: Transformer) -> tuple[str, ...]:
@@ -69,12 +75,15 @@ def probe(model: Transformer, *inputs, **masks) -> tuple[jax.Array, dict[str, St
 def _stack_probes(model: Transformer, stack: str, records: list, last) -> StackProbes:
     split = [split_records({k: v for k, v in rec.items() if k != "stream"}) for rec in records]
     has_final = model.stacks[stack].final_norm is not None
-    streams = [rec["stream"] for rec in records] + [last]
-    dual = None
-    if model.stacks[stack].dual:
-        streams, dual = [s.x for s in streams], [s.d for s in streams]
-        last = last.d  # the final norm acts on d_L
-    return StackProbes(streams, [s[0] for s in split], [s[1] for s in split], last if has_final else None, dual)
+    st = model.stacks[stack]
+    states = [rec["stream"] for rec in records] + [last]
+    streams, dual, hyper = states, None, None
+    if st.dual:
+        streams, dual = [s.x for s in states], [s.d for s in states]
+    elif st.hyper_streams:
+        streams, hyper = [s.total() for s in states], [jnp.stack(s.streams) for s in states]
+    final = st.final_norm_input(last) if has_final else None
+    return StackProbes(streams, [s[0] for s in split], [s[1] for s in split], final, dual, hyper)
 
 
 def probe_stream(
@@ -84,11 +93,11 @@ def probe_stream(
 
     For analysis in the theory setting (e.g. Gaussian inputs with E||x||^2 = d); `context` as for
     block_fn (None: unpadded, causal for a decoder stack). A ResiDual stack starts from DualStream(x0, x0),
-    as the model does (or from a DualStream passed as x0).
+    a hyper-connected one from n copies of x0, as the model does (or from the DualStream / HyperStreams passed).
     """
     stack = _stack_name(model, stack)
-    if model.stacks[stack].dual and not isinstance(x0_BTD, DualStream):
-        x0_BTD = DualStream(x0_BTD, x0_BTD)
+    if not isinstance(x0_BTD, DualStream | HyperStreams):
+        x0_BTD = model.stacks[stack].initial_state(x0_BTD)
     records = []
 
     def body(m, s, x, ctx):
@@ -125,15 +134,24 @@ def _as_batched(x):
 
 
 def _check_stream_kind(model: Transformer, stack: str, x) -> None:
-    """TypeError unless x is a DualStream exactly when `stack` is a ResiDual stack."""
-    if model.stacks[stack].dual and not isinstance(x, DualStream):
+    """TypeError unless x is a DualStream exactly for a ResiDual stack, HyperStreams of n streams exactly for a
+    hyper-connected one, and an array otherwise."""
+    st = model.stacks[stack]
+    if st.dual and not isinstance(x, DualStream):
         raise TypeError(
             f"the {stack} stack is ResiDual (placement resi_dual): its blocks map the pair of streams "
             f"normjax.DualStream(x, d), got {type(x).__name__}; one stream alone does not determine a ResiDual "
             "block or its Jacobian (probe with normjax.probe: StackProbes.streams and .dual_streams)"
         )
-    if not model.stacks[stack].dual and isinstance(x, DualStream):
-        raise TypeError(f"the {stack} stack carries one stream: pass an array, not a DualStream")
+    if st.hyper_streams and not (isinstance(x, HyperStreams) and x.n == st.hyper_streams):
+        got = f"HyperStreams of {x.n}" if isinstance(x, HyperStreams) else type(x).__name__
+        raise TypeError(
+            f"the {stack} stack is hyper-connected: its blocks map normjax.HyperStreams of {st.hyper_streams} "
+            f"streams, got {got}; one stream alone does not determine its blocks or their Jacobians (probe with "
+            "normjax.probe: StackProbes.hyper_streams)"
+        )
+    if not st.dual and not st.hyper_streams and isinstance(x, DualStream | HyperStreams):
+        raise TypeError(f"the {stack} stack carries one stream: pass an array, not a {type(x).__name__}")
 
 
 def _pure(model: Transformer, stack: str | None, context: BlockContext | None, body, cached: bool = True):
@@ -211,8 +229,9 @@ def block_fn(
 ) -> Callable[[jax.Array], jax.Array]:
     """Block l of `stack` as a pure function x -> y of (T, D) or (B, T, D), deterministic.
 
-    For a ResiDual stack x and y are `normjax.DualStream(x, d)` pairs (pytrees; `normjax.jacobian` takes
-    them), and an array input raises TypeError.
+    For a ResiDual stack x and y are `normjax.DualStream(x, d)` pairs, for a hyper-connected stack
+    `normjax.HyperStreams` of n streams (pytrees; `normjax.jacobian` takes them: (2TD, 2TD) and (nTD, nTD)
+    Jacobians), and an array input raises TypeError.
 
     Reads the model's current weights on every call; every block of one structure shares one compiled
     Jacobian program (normjax.jacobian hoists the weights and l into traced arguments).
@@ -226,7 +245,8 @@ def sublayer_fn(
 ) -> Callable[[jax.Array], jax.Array]:
     """x -> x after sublayer ("attn", "cross" or "ffn") of block l, wired as the block's placement says.
 
-    DualStream -> DualStream for a ResiDual stack, as block_fn.
+    DualStream -> DualStream for a ResiDual stack, HyperStreams -> HyperStreams for a hyper-connected one, as
+    block_fn.
     """
     idx = _check_block(model, stack, l)
     names = ("attn", "cross", "ffn") if model.cfg.has_cross_attention(_stack_name(model, stack)) else ("attn", "ffn")
@@ -252,7 +272,7 @@ def stack_fn(
 
     Requires 0 <= start < stop <= depth. The blocks run in one masked loop over the whole stack (a block
     outside start..stop-1 is skipped by `lax.cond`), so every (start, stop) shares one compiled program.
-    DualStream -> DualStream for a ResiDual stack, as block_fn.
+    DualStream -> DualStream (ResiDual), HyperStreams -> HyperStreams (hyper-connections), as block_fn.
     """
     name = _stack_name(model, stack)
     depth = num_blocks(model, name)
@@ -336,9 +356,8 @@ def profile_admin(model: Transformer, *inputs, **masks) -> dict[str, list[dict[s
 
         x = embed(model, tokens, stack)
         acc = variance(x)
-        if model.stacks[stack].dual:
-            x = DualStream(x, x)
         st = model.stacks[stack]
+        x = st.initial_state(x)
         result[stack], per_block = [], []
         for l in range(st.depth):
             block, omegas = st.block(l), {}

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from normjax import init, placements
+from normjax import hyper, init, placements
 from normjax.placements import Wiring
 
 SUBLAYERS = ("attn", "cross", "ffn")
@@ -34,6 +34,8 @@ class Placement:
         blocks are either all dual-stream or none.
       post_update: `params -> params` the train step applies after every optimizer update (and the model once
         at init); nGPT's weight renormalisation.
+      hyper_streams: the block maps n hyper-connection streams (`normjax.HyperStreams`, n = `ModelConfig.
+        hyper_streams`); the stack starts from n copies of x_0 and its output is N(sum of the streams).
     """
 
     name: str
@@ -51,6 +53,12 @@ class Placement:
     source: str = ""
     dual_stream: bool = False
     post_update: Callable | None = None
+    hyper_streams: bool = False
+
+    @property
+    def stream_kind(self) -> str:
+        """ "dual" (ResiDual's pair), "hyper" (n hyper-connection streams) or "one"."""
+        return "dual" if self.dual_stream else "hyper" if self.hyper_streams else "one"
 
     def wiring(self, sublayer: str) -> Wiring:
         """The wiring of `sublayer` ("attn", "cross" or "ffn")."""
@@ -365,6 +373,53 @@ _ENTRIES += (
         source="takase/b2t_connection (commit c8e2ad4) fairseq/modules/transformer_layer.py lines 103-145 (encoder "
         "layer: `residual_bottom`), 277-375 (decoder layer, cross attention included), 401-405 (rescaling_init)",
         # not jacobian_spectrum: its per-sublayer maps (sublayer_fn) take one stream, B2T's FFN also reads x_in
+    ),
+)
+_HC_CODE = (
+    "lucidrains/hyper-connections (commit 4775103) hyper_connections/hyper_connections.py lines 229-247 (static "
+    "alpha = [e_{k mod n} | I], beta = 1, dynamic fns 0, scales 1e-2), 286-318 (width connection), 339-372 (depth "
+    "connection), 59-61 (streams repeated, summed at the end)"
+)
+_ENTRIES += (
+    Placement(
+        "shc",
+        "HC (static)",
+        "#6b6ecf",
+        _same(Wiring(hyper.hyper, hyper="shc")),
+        final_norm=True,
+        formula="n streams X: X = H_res X + H_post^T F(N(H_pre X)), H learned per sublayer; output N(sum X)",
+        reference="Zhu et al. 2024 (arXiv 2409.19606)",
+        notes="static hyper-connections, n = `hyper_streams` (4); init H_pre = e_{k mod n}, H_res = I, H_post = 1 "
+        "(n = 1: Pre-LN); X_0 = n copies of x_0",
+        source=_HC_CODE,
+        hyper_streams=True,
+    ),
+    Placement(
+        "dhc",
+        "HC (dynamic)",
+        "#9c9ede",
+        _same(Wiring(hyper.hyper, hyper="dhc")),
+        final_norm=True,
+        formula="`shc` with H + s tanh(N(X) W) per token",
+        reference="Zhu et al. 2024 (arXiv 2409.19606)",
+        notes="dynamic hyper-connections: W = 0, s_alpha = s_beta = 0.01 at init (equals `shc` at init)",
+        source=_HC_CODE,
+        hyper_streams=True,
+    ),
+    Placement(
+        "mhc",
+        "mHC",
+        "#e6550d",
+        _same(Wiring(hyper.hyper, hyper="mhc")),
+        final_norm=True,
+        formula="X = H_res X + H_post^T F(N(H_pre X)), H_res = Sinkhorn(.) doubly stochastic, H_pre = sigmoid(.), "
+        "H_post = 2 sigmoid(.)",
+        reference="Xie et al. 2025 (DeepSeek, arXiv 2512.24880)",
+        notes="manifold-constrained HC: H from vec(X) / rms, alpha = 0.01, phi = 0 at init; `sinkhorn_iters` (20)",
+        source="lucidrains/hyper-connections (commit 4775103) hyper_connections/manifold_constrained_hyper_connections"
+        ".py lines 46-61 (Sinkhorn), 270-290 (init), 377-408 (sigmoid, Sinkhorn, 2 sigmoid); DeepSeek-V4 inference "
+        "model.py Block.hc_pre / hc_post (vec(X) / rms over n D, the branch's own norm after hc_pre)",
+        hyper_streams=True,
     ),
 )
 REGISTRY: dict[str, Placement] = {p.name: p for p in _ENTRIES}

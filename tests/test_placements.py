@@ -67,6 +67,7 @@ def _expected_sublayer(block, sub, x, records, name, x_in):
     if placement == "normformer":
         placement = "sandwich" if sub.name == "attn" else "pre"
     placement = {"peri_ln": "sandwich", "hybrid_first": "pre", "subln": "pre", "lns": "pre"}.get(placement, placement)
+    placement = "hyper" if placement in ("shc", "dhc", "mhc") else placement
     gate = block.gate[...] if block.gate is not None else (sub.gate[...] if sub.gate is not None else 0)
     return {
         "post": lambda: sub.norm(x + out),
@@ -83,8 +84,17 @@ def _expected_sublayer(block, sub, x, records, name, x_in):
         "b2t_ffn": lambda: sub.norm(x + out + x_in),
         "normed": lambda: sub.norm(x) + out,
         "resi_dual": lambda: normjax.DualStream(sub.norm(x.x + out), x.d + out),
+        "hyper": lambda: _hyper_expected(sub, x, out),
         "ngpt": lambda: _unit(_unit(x) + jnp.abs(gate * sub.eigen_factor) * (_unit(out) - _unit(x))),
     }[placement]()
+
+
+def _hyper_expected(sub, hs, out):
+    """X' = H_res X + H_post^T F with the sublayer's own H (tests/test_multistream.py checks the H themselves)."""
+    X = jnp.stack(hs.streams, axis=-2)
+    pre, post, res = sub.hyper.matrices(X)
+    Y = jnp.einsum("...ij,...jd->...id", res, X) + post[..., None] * out[..., None, :]
+    return normjax.HyperStreams(tuple(Y[..., i, :] for i in range(hs.n)))
 
 
 def _unit(z):
@@ -117,6 +127,8 @@ def test_each_sublayer_follows_its_placement_formula(placement, arch):
     x = jax.random.normal(jax.random.key(1), inputs[-1].shape + (16,))
     if model.cfg.has_dual_stream(stack):  # ResiDual: the pair (x, d), d != x after the first block
         x = normjax.DualStream(x, 2.0 * x)
+    if model.cfg.stream_kind(stack) == "hyper":  # n distinct streams
+        x = normjax.HyperStreams(tuple((i + 1.0) * x for i in range(model.cfg.num_streams(stack))))
     x_in = x
     for sub in block.sublayers():
         records = {}

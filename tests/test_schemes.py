@@ -243,7 +243,7 @@ def test_resi_dual_is_never_probed_as_one_stream():
 
 
 def test_resi_dual_config_refusals():
-    with pytest.raises(ValueError, match="mixes resi_dual"):
+    with pytest.raises(ValueError, match="mixes stream kinds .resi_dual carries 'dual', post carries 'one'"):
         normjax.ModelConfig(num_layers=2, placement=("resi_dual", "post"))
     with pytest.raises(ValueError, match="final_norm=False"):
         normjax.ModelConfig(placement="resi_dual", final_norm=False)

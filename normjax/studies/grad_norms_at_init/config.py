@@ -27,6 +27,8 @@ PAPER_SPECS = (
     "lns",
     "keel",
     "b2t",
+    "shc",  # hyper-connections; dhc equals shc at init (its dynamic weights start at 0), so it is trained only
+    "mhc",
     "pre+qk_norm",
     "pre:scalenorm",
     "pre+embedding_norm",

@@ -1,0 +1,116 @@
+"""Hyper-connections (Zhu et al. 2024) and mHC (DeepSeek 2025): n residual streams mixed around each branch."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+HYPER_KINDS = ("shc", "dhc", "mhc")  # static HC, dynamic HC, manifold-constrained HC
+DEFAULT_STREAMS = 4  # n = 4, the expansion rate of both papers' main runs
+DEFAULT_SINKHORN_ITERS = 20  # t_max = 20 (mHC; lucidrains sinkhorn_iters, DeepSeek-V4 hc_sinkhorn_iters)
+DYNAMIC_SCALE_INIT = 1e-2  # s_alpha, s_beta (HC) and alpha_pre, alpha_post, alpha_res (mHC) at init
+
+
+@struct.dataclass
+class HyperStreams:
+    """The n residual streams of a hyper-connected stack, a pytree: `streams` holds n arrays (B, T, D) or (T, D).
+
+    Not an array on purpose (as `DualStream`): `jnp` functions refuse it, so the streams are never silently
+    stacked or taken for one stream. `normjax.jacobian` flattens it stream by stream: a block Jacobian is (nTD, nTD).
+    """
+
+    streams: tuple
+
+    @property
+    def n(self) -> int:
+        return len(self.streams)
+
+    def total(self) -> jax.Array:
+        """The sum of the streams: what the stack's read-out (and its final norm) sees."""
+        return sum(self.streams[1:], self.streams[0])
+
+
+def sinkhorn(logits_NN: jax.Array, iters: int) -> jax.Array:
+    """Sinkhorn-Knopp: exp(logits), then `iters` times rows divided by their sums, then columns by theirs.
+
+    Columns sum to 1 exactly after the last step, rows up to an error that shrinks with `iters`; entries are > 0.
+    The max of each row is subtracted first (a row scaling, which the first row step undoes exactly).
+    lucidrains/hyper-connections `manifold_constrained_hyper_connections.py` lines 46-61 (there on the transpose).
+    """
+    m = jnp.exp(logits_NN - jax.lax.stop_gradient(logits_NN.max(-1, keepdims=True)))
+    for _ in range(iters):
+        m = m / m.sum(-1, keepdims=True)
+        m = m / m.sum(-2, keepdims=True)
+    return m
+
+
+class HyperConnection(nnx.Module):
+    """The mixing matrices of one sublayer: H_pre (n), H_post (n), H_res (n, n), static or per token.
+
+    x_{l+1} = H_res x_l + H_post^T F(H_pre x_l) on the (n, D) streams of each token (H_res[i, j]: stream j into
+    stream i). Static part at init (HC's Pre-Norm-like init, Zhu et al. 2024 section 2.3; lucidrains
+    `hyper_connections.py` lines 229-247): H_pre = e_{k mod n}, k the sublayer's index in its stack, H_res = I,
+    H_post = 1. "dhc" adds s_alpha tanh(N(x) W) (H_pre, H_res) and s_beta tanh(N(x) W_beta) (H_post) per stream,
+    W = 0 and s = 1e-2 at init. "mhc" (Xie et al. 2025, eqs. 7-8): with x' = vec(x) / rms(vec(x)) over n D,
+    H_pre = sigmoid(alpha_pre x' phi_pre + b_pre), H_post = 2 sigmoid(alpha_post x' phi_post + b_post),
+    H_res = Sinkhorn(alpha_res mat(x' phi_res) + b_res); b the static part above, phi = 0 and alpha = 1e-2 at init.
+    """
+
+    def __init__(self, kind: str, n: int, d: int, k, *, make_norm, eps: float, sinkhorn_iters: int, param_dtype):
+        self.kind, self.n, self.eps, self.iters = kind, n, eps, sinkhorn_iters
+        self.pre = nnx.Param(jax.nn.one_hot(jnp.asarray(k) % n, n, dtype=param_dtype))  # k traced under nnx.vmap
+        self.res = nnx.Param(jnp.eye(n, dtype=param_dtype))
+        self.post = nnx.Param(jnp.ones((n,), param_dtype))
+        scale = lambda: nnx.Param(jnp.full((), DYNAMIC_SCALE_INIT, param_dtype))
+        zeros = lambda *shape: nnx.Param(jnp.zeros(shape, param_dtype))
+        self.norm = make_norm(d) if kind == "dhc" else None
+        if kind == "dhc":
+            self.w_pre, self.w_res, self.w_post = zeros(d), zeros(d, n), zeros(d)
+            self.scale_alpha, self.scale_beta = scale(), scale()
+        elif kind == "mhc":
+            self.w_pre, self.w_res, self.w_post = zeros(n * d, n), zeros(n * d, n * n), zeros(n * d, n)
+            self.alpha_pre, self.alpha_res, self.alpha_post = scale(), scale(), scale()
+
+    def matrices(self, x_BTND: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(H_pre (B, T, n), H_post (B, T, n), H_res (B, T, n, n)) for the stacked streams, float32 or wider."""
+        ct = jnp.promote_types(x_BTND.dtype, jnp.float32)
+        names = ("pre", "res", "post", "w_pre", "w_res", "w_post")
+        scales = {"dhc": ("scale_alpha", "scale_beta"), "mhc": ("alpha_pre", "alpha_res", "alpha_post")}
+        names += scales.get(self.kind, ())
+        p = {k: getattr(self, k)[...].astype(ct) for k in names if hasattr(self, k)}
+        lead = x_BTND.shape[:-2]
+        pre, res, post = (jnp.broadcast_to(p[k], lead + p[k].shape) for k in ("pre", "res", "post"))
+        if self.kind == "shc":
+            return pre, post, res
+        if self.kind == "dhc":
+            xbar = self.norm(x_BTND).astype(ct)
+            pre = pre + p["scale_alpha"] * jnp.tanh(xbar @ p["w_pre"])
+            res = res + p["scale_alpha"] * jnp.tanh(jnp.einsum("...jd,di->...ij", xbar, p["w_res"]))
+            return pre, post + p["scale_beta"] * jnp.tanh(xbar @ p["w_post"]), res
+        flat = x_BTND.astype(ct).reshape(lead + (-1,))
+        flat = flat * jax.lax.rsqrt((flat**2).mean(-1, keepdims=True) + self.eps)
+        pre = jax.nn.sigmoid(p["alpha_pre"] * (flat @ p["w_pre"]) + pre)
+        post = 2 * jax.nn.sigmoid(p["alpha_post"] * (flat @ p["w_post"]) + post)
+        logits = p["alpha_res"] * (flat @ p["w_res"]).reshape(lead + (self.n, self.n)) + res
+        return pre, post, sinkhorn(logits, self.iters)
+
+
+def hyper(s, hs, F, rec, gate):
+    """One hyper-connected sublayer: X' = H_res X + H_post^T F(N(H_pre X)) (the branch keeps its Pre-LN norm).
+
+    lucidrains/hyper-connections `hyper_connections.py` lines 315-318 (width connection) and 357-370 (depth
+    connection); DeepSeek-V4 inference `model.py` Block.hc_pre / hc_post (attn_norm after hc_pre) for mHC.
+    """
+    if not isinstance(hs, HyperStreams):
+        raise TypeError(
+            f"a hyper-connection sublayer maps normjax.HyperStreams (its n residual streams), got {type(hs).__name__}"
+        )
+    x_BTND = jnp.stack(hs.streams, axis=-2)
+    h_pre, h_post, h_res = s.hyper.matrices(x_BTND)
+    ct = h_pre.dtype
+    h_in = jnp.einsum("...n,...nd->...d", h_pre, x_BTND.astype(ct)).astype(x_BTND.dtype)
+    f = F(s.norm(rec("pre", h_in))).astype(ct)
+    out = jnp.einsum("...ij,...jd->...id", h_res, x_BTND.astype(ct)) + h_post[..., None] * f[..., None, :]
+    out = out.astype(x_BTND.dtype)
+    return HyperStreams(tuple(out[..., i, :] for i in range(hs.n)))
