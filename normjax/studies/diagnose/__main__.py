@@ -1,4 +1,4 @@
-"""Per-layer stability table of any model at init: stream, norm inputs, Jacobians, gradients, warnings.
+"""Per-layer stability table of a normjax model config at init (another model: diagnose_blocks), with warnings.
 
   python -m normjax.studies.diagnose --config=:quick --workdir=results \
       --config.model.placement=post --config.model.num_layers=12 \

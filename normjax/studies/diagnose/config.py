@@ -1,4 +1,4 @@
-"""diagnose presets: any model config (every ModelConfig field is a --config.model.<field> flag).
+"""diagnose presets: any normjax model config (every ModelConfig field is a --config.model.<field> flag).
 
   python -m normjax.studies.diagnose --config=:quick --workdir=results \
       --config.model.placement=post --config.model.num_layers=12

@@ -1,4 +1,4 @@
-"""diagnose: a per-layer stability table of any model at init, with plain-language warnings (a tool, no verdicts)."""
+"""diagnose: a per-layer stability table of a normjax model at init, with plain-language warnings (no verdicts)."""
 
 from __future__ import annotations
 
