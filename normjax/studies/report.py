@@ -9,6 +9,7 @@ import os
 from normjax.io import ChecksumError, CorruptFileError, WorkdirError, read_json
 from normjax.report.claims import BY_ID, CLAIMS, CONSTRUCTION, EMPIRICAL, INCONCLUSIVE, NOT_TESTABLE
 from normjax.report.rules import claim_verdict
+from normjax.studies import BY_NAME
 from normjax.studies.judge import judge, sensitivity
 
 SECTIONS = {
@@ -224,6 +225,9 @@ def study_section(name: str, saved: dict, workdir: str = "") -> list[str]:
     ]
     if results.get("discussion"):
         lines += [results["discussion"], ""]
+    study = BY_NAME.get(name)
+    if study is not None and study.tables is not None:  # the study's own tables (e.g. warmup_ablation's answer)
+        lines += study.tables(results)
     for row in saved["verdicts"]:
         lines.append(f"- **{row['claim']}** ({row['verdict']}): {row['measured']}")
     figures = [f for f in _existing(workdir, name, saved.get("figures")) if f.endswith(".png")]

@@ -19,6 +19,8 @@ class Study:
     config: the module with `get_config(arg)`, `SCHEMA` and optionally `check(values)` (cross-key rules) and
       `largest_model(values) -> (ModelConfig, rows, seq_len)` (the memory check before any compute).
     claims: the claim ids (normjax.report.CLAIMS) whose rows this study's rules give.
+    tables: `tables(results) -> [markdown lines]` shown in the study's report section (the verdicts module's
+      `tables`, e.g. warmup_ablation's answer table), or None.
     in_report: run by scripts/reproduce.sh and judged in REPORT.md.
     training: the memory check counts optimizer state (the study trains models).
     """
@@ -30,6 +32,7 @@ class Study:
     thresholds: dict = dataclasses.field(default_factory=dict)
     rules_doc: str = ""
     claims: tuple[str, ...] = ()
+    tables: Callable | None = None
     in_report: bool = True
     training: bool = False
 
@@ -53,4 +56,5 @@ def study(name: str, measure: ModuleType, config: ModuleType, verdicts: ModuleTy
         return Study(name, measure, config, in_report=False, **kw)
     doc = (verdicts.__doc__ or "").strip().splitlines()[0]
     thresholds = dict(getattr(verdicts, "THRESHOLDS", {}))
-    return Study(name, measure, config, verdicts.verdicts, thresholds, doc, **kw)
+    tables = getattr(verdicts, "tables", None)
+    return Study(name, measure, config, verdicts.verdicts, thresholds, doc, tables=tables, **kw)

@@ -283,6 +283,9 @@ def answer_table(results: dict) -> list[str]:
     return lines + [""]
 
 
+tables = answer_table  # shown in the report's warmup_ablation section (normjax.studies.study.Study.tables)
+
+
 def iwslt_figure(results: dict) -> list[dict]:
     model = results["model"]
     on_iwslt = results["data_task"] == "iwslt14"
