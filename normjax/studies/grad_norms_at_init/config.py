@@ -6,33 +6,9 @@ python -m normjax.studies.grad_norms_at_init --config=:quick
 import ml_collections
 
 from normjax.studies import schema as s
-from normjax.studies.presets import preset
+from normjax.studies.presets import INIT_TIME_SPECS, preset
 
-# The :paper list: every layer placement and mixln, then option variants (normjax.specs).
-PAPER_SPECS = (
-    "post",
-    "pre",
-    "sandwich",
-    "peri_ln",
-    "deepnorm",
-    "admin",
-    "rezero",
-    "mixln",
-    "hybrid",
-    "hybrid_star",
-    "subln",
-    "normformer",
-    "resi_dual",
-    "ngpt",
-    "lns",
-    "keel",
-    "b2t",
-    "shc",  # hyper-connections; dhc equals shc at init (its dynamic weights start at 0), so it is trained only
-    "mhc",
-    "pre+qk_norm",
-    "pre:scalenorm",
-    "pre+embedding_norm",
-)
+PAPER_SPECS = INIT_TIME_SPECS + ("mixln",)  # the :paper list; mixln's Post-LN and Pre-LN layers at init
 
 
 def _quick():

@@ -7,33 +7,10 @@ import ml_collections
 
 from normjax import specs
 from normjax.studies import schema as s
-from normjax.studies.presets import preset
+from normjax.studies.presets import INIT_TIME_SPECS, preset
 from normjax.train.config_io import ConfigError
 
-# The :paper list: every layer placement this study measures, then option variants (normjax.specs).
-PAPER_SPECS = (
-    "post",
-    "pre",
-    "sandwich",
-    "peri_ln",
-    "deepnorm",
-    "admin",
-    "rezero",
-    "hybrid",
-    "hybrid_star",
-    "subln",
-    "normformer",
-    "resi_dual",
-    "ngpt",
-    "lns",
-    "keel",
-    "b2t",
-    "shc",  # hyper-connections; dhc equals shc at init (its dynamic weights start at 0), so it is trained only
-    "mhc",
-    "pre+qk_norm",
-    "pre:scalenorm",
-    "pre+embedding_norm",
-)
+PAPER_SPECS = INIT_TIME_SPECS  # the :paper list
 
 
 def _base():
