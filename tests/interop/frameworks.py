@@ -1,4 +1,4 @@
-"""Pre-LN attention + MLP blocks written in equinox, dm-haiku and Flax Linen, each as f(params, x) on (T, D)."""
+"""Pre-LN attention + MLP blocks written in equinox, dm-haiku, Flax Linen and penzai, each as f(params, x) on (T, D)."""
 
 import dataclasses
 import functools
@@ -27,10 +27,17 @@ class Framework:
 
 
 def cast(params, dtype):
-    """Every floating array leaf of params in `dtype`; other leaves (functions, ints) kept."""
-    return jax.tree.map(
-        lambda a: a.astype(dtype) if isinstance(a, jax.Array) and jnp.issubdtype(a.dtype, jnp.floating) else a, params
-    )
+    """Every floating array leaf of params in `dtype`, also inside penzai Parameters (mutable holders of arrays,
+    leaves of the pytree: a cast copy); other leaves (functions, ints) kept."""
+
+    def leaf(a):
+        if isinstance(a, jax.Array) and jnp.issubdtype(a.dtype, jnp.floating):
+            return a.astype(dtype)
+        if hasattr(a, "__get_state_as_jax_pytree__"):  # a penzai Variable: freeze, cast, a new Parameter
+            return cast(a.freeze(), dtype).unfreeze_as_copy()
+        return a
+
+    return jax.tree.map(leaf, params)
 
 
 @functools.cache  # one Framework per session: its jitted references compile once
@@ -92,7 +99,47 @@ def linen() -> Framework:
     )
 
 
-FRAMEWORKS = {"equinox": equinox, "haiku": haiku, "linen": linen}
+@functools.cache  # one Framework per session: its jitted references compile once
+def penzai() -> Framework:
+    """A Gemma-2-like decoder block from penzai's own builder and layers: RMSNorm before and after attention and
+    MLP, multi-query attention with a sliding causal window (3 of the 4 tokens), RoPE, logit soft-capping and a
+    GeGLU MLP. Its weights are `pz.Parameter` objects: non-array leaves of the pytree passed as params; its jit is
+    `pz.variable_jit` (jax.jit refuses Parameter arguments)."""
+    pytest.importorskip("penzai", reason="penzai is not installed (requirements-dev.txt)")
+    from penzai import pz
+    from penzai.models.transformer.variants import llamalike_common as gemma
+
+    config = gemma.LlamalikeTransformerConfig(
+        num_kv_heads=1,
+        query_head_multiplier=H,
+        embedding_dim=D,
+        projection_dim=D // H,
+        mlp_hidden_dim=F,
+        num_decoder_blocks=1,
+        vocab_size=16,
+        mlp_variant="geglu_approx",
+        tie_embedder_and_logits=True,
+        attention_type=gemma.AttentionTypeSlidingWindowCausal(window_size=3),
+        use_post_attn_norm=True,
+        use_post_ffw_norm=True,
+        attn_logits_soft_cap=50.0,
+        parameter_dtype=jnp.float64,
+        activation_dtype=jnp.float64,
+    )
+
+    def apply(block, x_TD):
+        x = pz.nx.wrap(x_TD).tag("seq", "embedding")
+        return block(x, token_positions=pz.nx.arange("seq", T)).unwrap("seq", "embedding")
+
+    build = lambda seed: gemma.build_llamalike_block("block", jax.random.key(seed), config)
+    # Each build holds a new functools.partial (its GeGLU's gelu), a static field compared by identity, so two
+    # builds are two pytree structures to jax.jit (normjax keys on the traced program and compiles once either
+    # way). One structure with each seed's Parameters, as a training loop has, keeps the references compiled once.
+    structure = jax.tree.structure(build(0))
+    return Framework("penzai", apply, lambda seed: structure.unflatten(jax.tree.leaves(build(seed))), pz.variable_jit)
+
+
+FRAMEWORKS = {"equinox": equinox, "haiku": haiku, "linen": linen}  # penzai: tests/interop/test_penzai.py
 
 
 def inputs(seed: int = 1, dtype=jnp.float64):
