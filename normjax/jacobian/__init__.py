@@ -31,7 +31,7 @@ from normjax.jacobian.spectral import (
     singular_values,
     spectral_norm,
 )
-from normjax.jacobian.traced import evaluate
+from normjax.jacobian.traced import evaluate, with_call
 
 differentiable_spectral_norm = pure.differentiable_spectral_norm
 
@@ -64,4 +64,5 @@ __all__ = [
     "singular_values",
     "spectral_norm",
     "token_blocks",
+    "with_call",
 ]

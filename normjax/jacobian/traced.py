@@ -401,8 +401,34 @@ def check_output(y) -> None:
             )
 
 
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """A model whose forward needs more than x (positions, masks, caches, an rng): `call(model, x) -> y`.
+
+    Pass it where f goes (`jacobian.with_call(model, call)`): an nnx.Module's state, or any other pytree model
+    (equinox, penzai, a params dict), becomes the compiled program's argument, as for a model passed directly.
+    """
+
+    model: Any
+    call: Callable
+
+
+def with_call(model, call: Callable) -> Call:
+    """`model` analysed as x -> call(model, x); e.g. `with_call(block, lambda m, x: m(x, positions=pos))`."""
+    if not callable(call):
+        raise TypeError(f"with_call: call must be a function call(model, x), got {type(call).__name__}.")
+    return Call(model, call)
+
+
 def as_callable(f, params=None) -> tuple[Callable, Any]:
     """f as a function of (params, x): an nnx.Module is split so its state is an explicit argument."""
+    if isinstance(f, Call):
+        if params is not None:
+            raise TypeError("pass either with_call(model, call) or params=, not both.")
+        if isinstance(f.model, nnx.Module):
+            graphdef, state = nnx.split(f.model)
+            return lambda p, x: f.call(nnx.merge(graphdef, p, copy=True), x), state
+        return f.call, f.model
     if isinstance(f, nnx.Module):
         if params is not None:
             raise TypeError("pass either an nnx.Module or params=, not both.")
