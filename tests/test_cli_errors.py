@@ -77,7 +77,7 @@ CASES = [
     ("train", ["--workdir={file}"], ["is a file"]),
     ("train", ["--workdir={file}/run"], ["which is a file"]),
     ("train", ["--config.data.task=iwslt14", "--config.data.path={tmp}"], ["config.data.path"]),
-    ("train", [*BYTES_LM, "--config.data.path={tmp}"], ["data error", "holds 0", "at least 2"]),
+    ("train", [*BYTES_LM, "--config.data.path={tmp}"], ["data error", "gives 0", "at least 2"]),
     ("train", [*BYTES_LM, "--config.data.path={corpus}"], ["data error", "shorter than one batch"]),
     ("diagnose", ["--config.batch_size=0"], ["config.batch_size=0"]),
     ("diagnose", ["--config.seq_len=999"], ["config.seq_len=999", "max_len"]),
