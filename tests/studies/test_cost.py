@@ -45,21 +45,35 @@ def test_cost_smoke(tmp_path, monkeypatch):
     rows = judge("cost", results)
     assert [r["claim"] for r in rows] == ["S6"] and set(r["claim"] for r in rows) <= set(CLAIMS)
     assert all(r["verdict"] in VERDICTS for r in rows)
-    # A killed study resumes from its cached pieces: with all of them present nothing is compiled.
-    (tmp_path / "cost" / "results.json").unlink()
+    # A study killed after its pieces were timed resumes from them: with all of them present nothing is compiled.
+    killed = tmp_path / "killed"
+    _run_killed_before_saving(killed, monkeypatch)
     monkeypatch.setattr(cost.Steps, "compiled", property(lambda self: (_ for _ in ()).throw(AssertionError)))
-    again = runner.run_study("cost", str(tmp_path), _tiny(), cost.compute, cost.plot)
-    assert again["results"]["runs"]["post"]["wall"] == runs["post"]["wall"]
+    again = runner.run_study("cost", str(killed), _tiny(), cost.compute, cost.plot)
+    assert set(again["results"]["runs"]) == {"post", "pre"}
+
+
+def _run_killed_before_saving(workdir, monkeypatch) -> None:
+    """A cost run interrupted after every piece was computed, before results.json was written (pieces kept)."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(runner.StudyDir, "save", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_study("cost", str(workdir), _tiny(), cost.compute, cost.plot)
+    assert list((workdir / "cost" / "partial").glob("*.json")), "the interrupted run kept no pieces"
 
 
 def test_pieces_timed_under_another_malloc_policy_are_not_reused(tmp_path, monkeypatch):
-    first = runner.run_study("cost", str(tmp_path), _tiny(), cost.compute, cost.plot)["results"]
-    (tmp_path / "cost" / "results.json").unlink()  # killed before it finished, then resumed by another process
-    monkeypatch.setattr(cost.host_memory, "keep_freed_memory", lambda: not first["host_memory_kept"])
+    _run_killed_before_saving(tmp_path, monkeypatch)  # then resumed by a process under the other malloc policy
+    kept = cost.host_memory.keep_freed_memory()
+    monkeypatch.setattr(cost.host_memory, "keep_freed_memory", lambda: not kept)
     rounds, time_round = [], cost.Steps.time_round
     monkeypatch.setattr(cost.Steps, "time_round", lambda self, s, r: rounds.append((s, r)) or time_round(self, s, r))
     again = runner.run_study("cost", str(tmp_path), _tiny(), cost.compute, cost.plot)["results"]
-    assert again["host_memory_kept"] != first["host_memory_kept"]
+    assert again["host_memory_kept"] != kept
     assert len(rounds) == 6  # 3 seeds x 2 rounds, every one timed again
 
 
