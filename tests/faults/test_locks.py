@@ -91,12 +91,12 @@ def test_waiting_lock_waits_for_the_holder_and_says_so(tmp_path, caplog):
 
 def test_shard_reaching_the_analysis_while_another_computes_it_gets_its_results(tmp_path):
     """Two shards finish together: the second waits for the first's analysis and returns it (no exit 2)."""
-    calls, started = [], threading.Event()
+    calls, started, release = [], threading.Event(), threading.Event()
 
     def compute(config, study):
         calls.append(1)
         started.set()
-        time.sleep(0.5)  # the first shard computes the analysis, holding the study folder's lock
+        release.wait(60)  # the first shard computes the analysis, holding the study folder's lock
         return {"v": config["a"]}
 
     def study(**kw):
@@ -107,6 +107,7 @@ def test_shard_reaching_the_analysis_while_another_computes_it_gets_its_results(
     assert started.wait(60)
     with pytest.raises(WorkdirError, match="in use by another process"):
         study()  # without wait: refused at once
+    threading.Timer(0.5, release.set).start()  # the first shard finishes while the second waits
     assert study(wait=True)["results"] == {"v": 1}  # waits, then reads what the first shard wrote
     first.join()
     assert len(calls) == 1  # computed once
