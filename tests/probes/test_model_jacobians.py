@@ -11,8 +11,11 @@ from normjax.probes import model_jacobians
 
 
 def stream(model, block, toks):
-    """The residual stream entering `block` on the first sequence, (T, D) (ResiDual: the DualStream pair)."""
+    """The residual stream entering `block` on the first sequence, (T, D) (ResiDual: the DualStream pair;
+    hyper-connections: their n streams)."""
     sp = normjax.probe(model, toks)[1]["decoder"]
+    if sp.hyper_streams is not None:
+        return normjax.HyperStreams(tuple(s[0] for s in sp.hyper_streams[block]))
     if sp.dual_streams is None:
         return sp.streams[block][0]
     return normjax.DualStream(sp.streams[block][0], sp.dual_streams[block][0])
@@ -30,7 +33,7 @@ def test_block_jacobian_fwd_rev_and_finite_differences(placement, helpers):
     with jax.disable_jit():
         J = jacobian.jacobian(f, x_TD)
         np.testing.assert_allclose(jacobian.jacobian(f, x_TD, mode="rev"), J, rtol=1e-10, atol=1e-12)
-        x_N, unravel = ravel_pytree(x_TD)  # ResiDual's blocks map a pair of streams
+        x_N, unravel = ravel_pytree(x_TD)  # ResiDual's blocks map a pair of streams, hyper-connections n
         fd = helpers.central_differences(lambda z: ravel_pytree(f(unravel(z)))[0], x_N)
         np.testing.assert_allclose(fd, J, rtol=1e-7, atol=1e-8)
     assert np.abs(J - np.eye(J.shape[0])).max() > 1e-2  # the branch is really there
