@@ -159,13 +159,20 @@ class Checkpointer:
             with _quiet_disk_full():
                 self.manager.save(step, args=ocp.args.StandardSave(tree))
                 self.manager.wait_until_finished()
-            if self.main:
-                write_json(os.path.join(self._folder(step), MANIFEST), manifest(self._folder(step), self.fingerprint))
+            self._write_manifest(step)
+        except KeyboardInterrupt:  # a Ctrl-C mid-save: let orbax commit (its threads would fail at exit), then stop
+            self.manager.wait_until_finished()
+            self._write_manifest(step)
+            raise
         except Exception as e:  # orbax and tensorstore wrap OSError in their own types
             nbytes = sum(x.nbytes for x in jax.tree.leaves((state.params, state.opt_state)))
             if full := disk_full(self._folder(step), nbytes, e):
                 raise full from None
             raise
+
+    def _write_manifest(self, step: int) -> None:
+        if self.main:
+            write_json(os.path.join(self._folder(step), MANIFEST), manifest(self._folder(step), self.fingerprint))
 
     def restore(self, step: int, like: TrainState) -> tuple[TrainState, int]:
         """(state, data position) of checkpoint `step`; `like` gives structure and shardings.

@@ -85,13 +85,21 @@ def test_ends_in_one_line(tmp_path, name):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group, killed whole if the test fails
+        # a Ctrl-C reaches the child even when pytest itself runs in the background of a script (where the shell
+        # starts it, and so every child, with SIGINT ignored: the child would then never see the signal)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    if ready is not None:
-        deadline = time.time() + 240
-        while proc.poll() is None and not ready(tmp_path) and time.time() < deadline:
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)  # as a Ctrl-C in a terminal sends to the whole process group
-    _, err = proc.communicate(timeout=120)
+    try:
+        if ready is not None:
+            deadline = time.time() + 240
+            while proc.poll() is None and not ready(tmp_path) and time.time() < deadline:
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)  # a Ctrl-C: the main's own handler stops its workers
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # never leave a training child behind
     lines = err.strip().splitlines()
     assert proc.returncode == rc and len(lines) == 1, err[-3000:]
     assert re.search(pattern, lines[0]), lines[0]
