@@ -31,7 +31,12 @@ def _alive(pid: int) -> bool:
 def _start(tmp_path):
     env = os.environ | {"PYTHONPATH": f"{ROOT / 'tests'}:{ROOT}", "JAX_PLATFORMS": "cpu"}
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, str(tmp_path)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", PARENT, str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a backgrounded shell ignores Ctrl-C
     )
     workers = [int(parent.stdout.readline().split()[1]) for _ in range(2)]
     with pytest.raises(WorkdirError, match="in use"):
