@@ -71,7 +71,8 @@ def test_shards_in_one_folder_merge_into_the_unsharded_results(tmp_path):
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-    merged, reference = read_json(sharded / "results.json"), read_json(single / "results.json")
+    study = "warmup_ablation"  # the study writes WORKDIR/warmup_ablation (scripts/slurm_sweep.sbatch)
+    merged, reference = read_json(sharded / study / "results.json"), read_json(single / study / "results.json")
     assert merged["config"] == reference["config"]
     assert merged["results"] == reference["results"]  # curves, finals, numbers: equal, not just close
     assert len(merged["results"]["runs"]) == 4
