@@ -78,7 +78,7 @@ def test_shards_in_one_folder_merge_into_the_unsharded_results(tmp_path):
     assert len(merged["results"]["runs"]) == 4
     for run in merged["results"]["runs"]:
         assert run["outcome"] in ("ok", "stalled")  # 4 steps: not diverged; stalled at the unigram level is fine
-        steps = [r["step"] for r in records.read_jsonl(str(sharded / run["name"] / "metrics.jsonl"))]
+        steps = [r["step"] for r in records.read_jsonl(str(sharded / study / run["name"] / "metrics.jsonl"))]
         assert steps == [0, 2, 4]  # each run trained by exactly one shard: no duplicated records
 
 
