@@ -162,9 +162,14 @@ def test_every_preset_runs_three_seeds_long_warmups_and_runs_three_times_the_lon
         config = presets.get_config(preset)
         assert {"depth", "placements", "radam"} <= set(config.sweep.grids), preset
         warmups = list(config.sweep.axes["train.warmup_steps"])
-        for axes in [config.sweep.axes, *config.sweep.grids.values()]:
+        judged = [config.sweep.axes, config.sweep.grids["depth"]] + (
+            [config.sweep.grids["translation"]] if "translation" in config.sweep.grids else []
+        )  # the grids whose cells decide S5 and X7; the other arms are curves, on fewer seeds where stated
+        for axes in judged:
             assert len(set(axes["train.seed"])) == 3, preset
-            assert config.train.num_steps >= 3 * max(axes.get("train.warmup_steps", warmups)), preset
+        for axes in [config.sweep.axes, *config.sweep.grids.values()]:
+            steps = max(axes.get("train.num_steps", [config.train.num_steps]))
+            assert steps >= 3 * max(axes.get("train.warmup_steps", warmups)), preset
         assert config.train.schedule in schedules.FAIR_CONTROLS and config.train.decay_start == max(warmups)
         assert max(warmups) >= 2 * presets.horizon(config.train.b2), preset  # beyond Adam's second-moment memory
     standard = presets.get_config("standard")
@@ -172,8 +177,14 @@ def test_every_preset_runs_three_seeds_long_warmups_and_runs_three_times_the_lon
     steps = [b / a for a, b in zip(lrs, lrs[1:], strict=False)]
     assert len(lrs) >= 5 and lrs[-1] / lrs[0] >= 10**1.5 and max(steps) <= 10**0.5 * (1 + 1e-9)
     assert standard.model.d_model >= 128 and standard.train.num_steps >= 600 and standard.data.task == "bytes_lm"
-    assert sorted(standard.sweep.axes["train.warmup_steps"]) == [0, 2 * 20, 8 * 20]  # beta2 0.95: H = 20
+    assert sorted(standard.sweep.axes["train.warmup_steps"]) == [0, 8 * 20]  # beta2 0.95: H = 20
+    assert list(standard.sweep.grids["short_warmup"]["train.warmup_steps"]) == [2 * 20]
     assert len(standard.sweep.grids["placements"]["model.placement"]) >= 4
+    translation = standard.sweep.grids["translation"]
+    assert list(translation["data.task"]) == ["gettext"] and list(translation["train.b2"]) == [0.98]
+    assert max(translation["train.warmup_steps"]) >= 2 * 50 and list(translation["train.decay_start"]) == [
+        max(translation["train.warmup_steps"])
+    ]  # beta2 0.98: H = 50; the fair control within the arm
 
 
 def test_every_compared_pair_of_arms_has_the_same_lr_after_the_longer_warmup():

@@ -19,12 +19,21 @@ the warmup arms' inverse-sqrt tail (tests/studies/test_warmup_ablation.py checks
 1/(1 - beta2) is Adam's second-moment horizon: 20 steps at beta2 0.95 (the LM setting of Wortsman et al.), so
 the warmups 40 and 160 are 2x and 8x of it, and runs are at least 3x the longest warmup.
 
-Measured cost (2026-12-01, this 2-core CPU under load, one XLA thread): a d 128, 6-layer byte LM at batch 8 x 64
-bytes costs 0.2 CPU-s per step and about 15 CPU-s to start and compile; a 600-step run about 135 CPU-s.
-quick: d 64, 2 layers, 120 steps, 3 lrs: 54 runs; at 150 steps and 66 runs it took 531 CPU-s (27 min of wall time
-  while other jobs loaded the 2 cores 4x), so about 6 CPU minutes now.
-standard: d 128, 6 layers (12 in `depth`), 600 steps, 3 seeds: 132 runs, about 5 CPU hours (2.5 h on 2 workers);
-  it is sized by the cells that decide S5 (docs/results notes what it ran).
+Measured cost (2026-12-02, this 2-core CPU, one process, the other core lightly loaded): a d 128 (FFN 256),
+6-layer byte LM at batch 8 x 64 bytes costs 0.077 CPU-s per step and about 25 CPU-s to start and compile (runs of
+one shape in one worker share the compiled steps: about 60 CPU-s per 600-step run after the first); 12 layers
+about twice that; the 2-2 layer d 128 translation model about 0.15 CPU-s per step at batch 32 plus its BLEU
+decoding (about 170 CPU-s per 600-step run). Validation reads 32 batches (16k bytes), not the whole split.
+quick: d 64, 2 layers, 120 steps, 3 lrs: 54 runs, about 6 CPU minutes; no translation arm (X7 not testable).
+standard: 131 runs, about 10,500 CPU-s (90 min on 2 workers), sized by the cells that decide S5 and X7:
+  axes          post/pre x 5 lrs (10^-3.5 .. 10^-1.5) x warmup {0, 8H} x 3 seeds at 6 layers   60 runs
+  depth         post/pre x lr {1e-3, 10^-2.5} x warmup {0, 8H} x 3 seeds at 12 layers           24 runs
+  short_warmup  post/pre x 5 lrs x warmup 2H, 1 seed (the dose-response, not judged)           10 runs
+  placements    sandwich, deepnorm, admin, rezero x 5 lrs, no warmup, 1 seed (curves, not judged) 20 runs
+  radam         post x 5 lrs, no warmup, 1 seed                                               5 runs
+  translation   post/pre x warmup {0, 4H = 200} x 3 seeds, 2-2 layers, 600 steps (X7)          12 runs
+  What the 150-minute budget leaves out (for :paper): the 2-layer reference depth, a 2H arm on 3 seeds, 5 lrs
+  at 12 layers, and 3 seeds on the placement and optimizer arms.
 paper (accelerators): Xiong et al.'s Fig. 2 grid on IWSLT14 De-En (6-6 layers, d 512), lr {5e-4, 1e-3} x warmup
 {0, 500, 4000}, 50k steps, with the depth and optimizer arms at that scale.
 """
@@ -35,6 +44,7 @@ from normjax.train.presets import paper_scale
 NUM_SEEDS = 3
 MAIN = ("post", "pre")
 OTHER_PLACEMENTS = ("sandwich", "deepnorm", "admin", "rezero", "lns")
+TRANSLATION = "translation"  # the sub-grid of the translation arm (measure.lm_runs leaves it out of the LM analysis)
 
 
 def horizon(b2: float) -> int:
@@ -46,34 +56,80 @@ def _seeds(config, num_seeds: int) -> list[int]:
     return [config.train.seed + k for k in range(num_seeds)]
 
 
-def add_grids(config, lrs, warmups, depths, num_seeds=NUM_SEEDS, others=OTHER_PLACEMENTS, depth_lrs=None, arm_lrs=None):
+def add_grids(
+    config, lrs, warmups, depths, num_seeds=NUM_SEEDS, others=OTHER_PLACEMENTS, depth_lrs=None, arm_lrs=None,
+    arm_seeds=None, short_warmups=(), translation=None,
+):  # fmt: skip
     """The main grid (config.sweep.axes) and the sub-grids (config.sweep.grids) of a preset. Every arm shares
     decay_start = the longest warmup (the fair control); `depths` are the other depths of the `depth` grid;
-    the depth grid runs at `depth_lrs`, the placements and RAdam arms at `arm_lrs` (default: `lrs`)."""
+    the depth grid runs at `depth_lrs`, the placements and RAdam arms at `arm_lrs` (default: `lrs`) with
+    `arm_seeds` seeds (default: num_seeds); `short_warmups` (a `short_warmup` grid, 1 seed) adds warmups to the
+    main grid's lr curves; `translation` (the axes of translation_axes) adds the translation arm."""
     seeds, longest = _seeds(config, num_seeds), max(warmups)
     config.train.update(schedule="warmup_then_inverse_sqrt", decay_start=longest)
     config.sweep.axes = sweep_axes(
         {"model.placement": list(MAIN), "train.lr": lrs, "train.warmup_steps": warmups, "train.seed": seeds}
     )
+    arm_seeds = _seeds(config, arm_seeds or num_seeds)
     grids = {
         "depth": {
             "model.placement": list(MAIN),
             "model.num_layers": depths,
             "train.lr": depth_lrs or lrs,
             "train.warmup_steps": [0, longest],
+            "train.seed": seeds,
         },
-        "placements": {"model.placement": list(others), "train.lr": arm_lrs or lrs, "train.warmup_steps": [0]},
+        "short_warmup": {
+            "model.placement": list(MAIN),
+            "train.lr": lrs,
+            "train.warmup_steps": list(short_warmups),
+            "train.seed": seeds[:1],
+        },
+        "placements": {
+            "model.placement": list(others),
+            "train.lr": arm_lrs or lrs,
+            "train.warmup_steps": [0],
+            "train.seed": arm_seeds,
+        },
         "radam": {
             "train.optimizer": ["radam"],
             "model.placement": ["post"],
             "train.lr": arm_lrs or lrs,
             "train.warmup_steps": [0],
+            "train.seed": arm_seeds,
         },
+        TRANSLATION: (translation or {}) | {"train.seed": seeds},
     }
-    for axes in grids.values():
-        axes["train.seed"] = seeds
-    config.sweep.grids = {name: sweep_axes(axes) for name, axes in grids.items() if depths or name != "depth"}
+    wanted = {"depth": bool(depths), "short_warmup": bool(short_warmups), TRANSLATION: bool(translation)}
+    config.sweep.grids = {name: sweep_axes(axes) for name, axes in grids.items() if wanted.get(name, True)}
     return config
+
+
+def translation_axes(config, num_layers, lr, warmup, num_steps) -> dict:
+    """The translation arm (X7): an encoder-decoder on the gettext corpus (normjax.train.data_gettext, De->En),
+    Post-LN and Pre-LN with and without `warmup`, at Xiong et al.'s optimizer settings (Adam 0.9/0.98, inverse
+    sqrt after the warmup, label smoothing 0.1, dropout 0.1); decay_start = `warmup` for both arms (the fair
+    control); BLEU (sacrebleu, detokenized) on 200 held-out test sentences at the end."""
+    assert num_steps >= 3 * warmup and warmup >= 2 * horizon(0.98)
+    return {
+        "data.task": ["gettext"],
+        "data.max_len": [32],
+        "data.bpe_vocab_size": [2000],
+        "data.valid_batches": [16],
+        "model.arch": ["encoder_decoder"],
+        "model.num_layers": [num_layers],
+        "model.dropout": [0.1],
+        "model.placement": list(MAIN),
+        "train.b2": [0.98],
+        "train.eps": [1e-9],
+        "train.label_smoothing": [0.1],
+        "train.batch_size": [32],
+        "train.lr": [lr],
+        "train.warmup_steps": [0, warmup],
+        "train.decay_start": [warmup],
+        "train.num_steps": [num_steps],
+        "train.bleu_examples": [200],
+    }
 
 
 def _byte_lm(config, d_model, d_ff, num_layers, num_steps, batch_size, seq_len):
@@ -102,12 +158,16 @@ def quick_scale(config):
 
 
 def standard_scale(config):
-    """d 128, 6 layers (12 in `depth`), 600 steps, 5 lrs over 2 decades, warmups 0, 2H, 8H, 3 seeds."""
-    config = _byte_lm(config, d_model=128, d_ff=512, num_layers=6, num_steps=600, batch_size=8, seq_len=64)
+    """d 128 (FFN 256), 6 layers (12 in `depth`), 600 steps, 5 lrs over 2 decades, warmups 0 and 8H (2H on one
+    seed), 3 seeds; the placement and RAdam arms on one seed; the translation arm at 2-2 layers."""
+    config = _byte_lm(config, d_model=128, d_ff=256, num_layers=6, num_steps=600, batch_size=8, seq_len=64)
+    config.data.valid_batches = 32
     h = horizon(config.train.b2)
+    translation = translation_axes(config, num_layers=2, lr=1e-3, warmup=4 * horizon(0.98), num_steps=600)
     return add_grids(
-        config, lrs=[10 ** (k / 2) for k in range(-7, -2)], warmups=[0, 2 * h, 8 * h], depths=[12],
-        depth_lrs=[1e-3, 10**-2.5, 1e-2],
+        config, lrs=[10 ** (k / 2) for k in range(-7, -2)], warmups=[0, 8 * h], depths=[12],
+        depth_lrs=[1e-3, 10**-2.5], others=("sandwich", "deepnorm", "admin", "rezero"), arm_seeds=1,
+        short_warmups=[2 * h], translation=translation,
     )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -10,6 +11,7 @@ import jax
 import numpy as np
 
 from normjax import plotting, train
+from normjax.studies.warmup_ablation.config import TRANSLATION
 from normjax.train import data_text, records
 from normjax.train.outcomes import STALL_FRACTION, stall_level
 
@@ -83,10 +85,17 @@ def summarize_runs(config, sweep: dict, folder: str) -> list[dict]:
                 "diverged_step": summary.get("diverged_step"),
                 "unigram_nll": unigram,
                 "final_valid_nll": final.get("valid/nll"),
+                "task": run.data.task,
+                "data": summary.get("data"),
+                "stall_nll": summary.get("stall_nll"),
                 "final_valid_bleu": final.get("valid/bleu"),
+                "final_test_bleu": final.get("test/bleu"),
                 "train_nll": train_nll,
                 "valid_nll": valid_nll,
                 "norm_input_rms": _curve(folder, entry["name"], "diag/norm_input_rms/decoder"),
+                "attn_logit_max": _curve(folder, entry["name"], "diag/attn_logit_max/decoder"),
+                "output_logit_max": _curve(folder, entry["name"], "diag/output_logit_max"),
+                "output_logit_mean": _curve(folder, entry["name"], "diag/output_logit_mean"),
                 "layer_grad_norm": _curve(folder, entry["name"], "diag/grad_norm/decoder"),
                 "update_ratio": _ratio_curve(folder, entry["name"]),
                 "init_valid_nll": next((v for step, v in valid_nll if step == 0), None),
@@ -94,6 +103,15 @@ def summarize_runs(config, sweep: dict, folder: str) -> list[dict]:
             }
         )
     return rows
+
+
+def lm_runs(results: dict) -> list[dict]:
+    """The language-model runs: every run but the translation arm's (another task, another unigram level)."""
+    return [r for r in results["runs"] if r.get("group") != TRANSLATION]
+
+
+def translation_runs(results: dict) -> list[dict]:
+    return [r for r in results["runs"] if r.get("group") == TRANSLATION]
 
 
 def data_record(config) -> dict:
@@ -108,7 +126,9 @@ def data_record(config) -> dict:
 def compute(config, study) -> dict:
     sweep = run_grid(config, study.path)
     runs = summarize_runs(config, sweep, study.path)
-    unigram = next((r["unigram_nll"] for r in runs if r["unigram_nll"] is not None), None)  # a property of the data
+    lm = lm_runs({"runs": runs})
+    unigram = next((r["unigram_nll"] for r in lm if r["unigram_nll"] is not None), None)  # a property of the data
+    translation = [r for r in runs if r["group"] == TRANSLATION]
     return {
         "runs": runs,
         "model": dict(config.model),
@@ -123,7 +143,23 @@ def compute(config, study) -> dict:
         "stall_fraction": STALL_FRACTION,
         "target_nll": None if unigram is None else TARGET_FRACTION * unigram,
         "target_fraction": TARGET_FRACTION,
+        "translation": translation_record(config, translation),
     }
+
+
+def translation_record(config, runs: list[dict]) -> dict | None:
+    """The translation arm's settings and the corpus it read (its manifest's sha256, from a run's summary)."""
+    if not runs:
+        return None
+    axes = {k: list(v) for k, v in config.sweep.grids[TRANSLATION].items()}
+    corpora = {json_key(r["data"]) for r in runs}
+    if len(corpora) != 1:  # every run of the arm must have read one corpus
+        raise ValueError(f"the translation runs read {len(corpora)} different corpora: {sorted(corpora)}")
+    return {"axes": axes, "data": runs[0]["data"]}
+
+
+def json_key(value) -> str:
+    return json.dumps(value, sort_keys=True)
 
 
 def lr_sensitivity(finals: list[float | None], init_loss: float) -> float:
@@ -143,7 +179,7 @@ def sensitivity_curves(results: dict) -> list[dict]:
     """One entry per lr curve (a seed of one placement, depth, warmup and optimizer): its lrs, final valid
     nll per lr (None when diverged), the init loss and the LR sensitivity."""
     curves: dict = {}
-    for r in results["runs"]:
+    for r in lm_runs(results):
         curves.setdefault(curve_key(r), []).append(r)
     out = []
     for (group, placement, depth, warmup, optimizer, seed), rows in sorted(curves.items(), key=str):
@@ -248,7 +284,35 @@ def plot(results: dict, study) -> list[str]:
         paths += _plot_no_warmup(results, study)
     if all("init_valid_nll" in r for r in results["runs"]):  # results from before the lr curves have none
         paths += _plot_sensitivity(results, study) + _plot_failure(results, study)
+    if translation_runs(results):
+        paths += _plot_translation(results, study)
     return paths
+
+
+def _plot_translation(results: dict, study) -> list[str]:
+    """The translation arm: valid nll against steps, one panel per placement, one line per run (dashed without
+    warmup), its final test BLEU in the legend; the unigram level of the target tokens dotted."""
+    rows = translation_runs(results)
+    placements = sorted({r["placement"] for r in rows})
+    fig, axes = plotting.figure(ncols=len(placements), width=4.0, height=3.0)
+    for ax, placement in zip(axes, placements, strict=True):
+        for r in sorted((r for r in rows if r["placement"] == placement), key=lambda r: (r["warmup"], r["seed"])):
+            if not r["valid_nll"]:
+                continue
+            steps, values = zip(*r["valid_nll"], strict=True)
+            bleu = r.get("final_test_bleu")
+            label = f"warmup {r['warmup']}, seed {r['seed']}: {r['outcome']}" + (
+                "" if bleu is None else f", BLEU {bleu:.1f}"
+            )
+            style = "--" if r["warmup"] == 0 else "-"
+            ax.plot(steps, [np.nan if v is None else v for v in values], style, label=label, marker="o", ms=3,
+                    color=plotting.color(placement), alpha=1.0 if r["warmup"] else 0.6)  # fmt: skip
+        unigram = next((r["unigram_nll"] for r in rows if r.get("unigram_nll")), None)
+        if unigram:
+            ax.axhline(unigram, **plotting.UNIGRAM_STYLE)
+        ax.set(title=f"{placement}: gettext De->En", xlabel="step", ylabel="valid nll (BPE tokens)")
+        ax.legend(fontsize=5)
+    return plotting.save(fig, study.figure_stem("translation"))
 
 
 def _curve_label(c: dict) -> str:
@@ -293,7 +357,7 @@ def _plot_sensitivity(results: dict, study) -> list[str]:
 def failure_pair(results: dict) -> tuple[dict, dict] | None:
     """(failed, healthy): Post-LN without warmup that stalled or diverged, and the same lr, depth and seed with the
     longest warmup that trained (the lowest such lr), or None."""
-    runs = [r for r in results["runs"] if r["placement"] == "post" and r["optimizer"] == "adam"]
+    runs = [r for r in lm_runs(results) if r["placement"] == "post" and r["optimizer"] == "adam"]
     longest = max((r["warmup"] for r in runs), default=0)
     for r in sorted(runs, key=lambda r: (r["lr"], r["depth"], r["seed"])):
         if r["warmup"] == 0 and r["outcome"] in FAILED:
@@ -343,7 +407,7 @@ def _arm(r: dict) -> str:
 def _plot_no_warmup(results: dict, study) -> list[str]:
     """Every cell without warmup (depth x lr, schedule and optimizer arms): one dot per seed, failed runs hollow,
     against the unigram and stall levels."""
-    rows = [r for r in results["runs"] if r["warmup"] == 0]
+    rows = [r for r in lm_runs(results) if r["warmup"] == 0]
     placements = sorted({r["placement"] for r in rows})
     fig, axes = plotting.figure(ncols=len(placements), width=max(4.0, 0.55 * len({_arm(r) for r in rows})), height=3)
     for ax, placement in zip(axes, placements, strict=True):
