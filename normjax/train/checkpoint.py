@@ -5,6 +5,8 @@ import hashlib
 import json
 import logging
 import os
+import signal
+import threading
 
 import jax
 import numpy as np
@@ -92,6 +94,32 @@ def _quiet_disk_full():
         _filter(_not_disk_full, add=False)
 
 
+@contextlib.contextmanager
+def _sigint_deferred():
+    """A Ctrl-C (SIGINT) that arrives inside takes effect on leaving: KeyboardInterrupt is raised then.
+
+    orbax's synchronous save runs asyncio loops and waits on its writer threads from the calling thread; a
+    KeyboardInterrupt raised in the middle leaves those threads writing into an uncommitted folder, and they
+    fail at interpreter exit ("Event loop is closed", "cannot schedule new futures after shutdown"). Only the
+    main thread receives signals; elsewhere (a threaded sweep stops at its next step) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous):  # SIG_IGN or SIG_DFL: no KeyboardInterrupt to defer
+        yield
+        return
+    received = []
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        previous(*received[0])  # the default handler raises KeyboardInterrupt
+
+
 class Checkpointer:
     """Saves (state without hparams/consts, data position) every call; keeps the newest `keep`.
 
@@ -151,24 +179,23 @@ class Checkpointer:
     def save(self, step: int, state: TrainState, data_pos: int) -> None:
         """Blocks until the checkpoint and its manifest are committed (the metrics written before stay valid).
 
+        A Ctrl-C meanwhile raises KeyboardInterrupt once they are (see `_sigint_deferred`).
+
         Raises:
           WorkdirError: when the disk is full (the earlier checkpoints stay intact).
         """
         tree = self._tree(state, data_pos)
-        try:
-            with _quiet_disk_full():
-                self.manager.save(step, args=ocp.args.StandardSave(tree))
-                self.manager.wait_until_finished()
+        with _sigint_deferred():
+            try:
+                with _quiet_disk_full():
+                    self.manager.save(step, args=ocp.args.StandardSave(tree))
+                    self.manager.wait_until_finished()
+            except Exception as e:  # orbax and tensorstore wrap OSError in their own types
+                nbytes = sum(x.nbytes for x in jax.tree.leaves((state.params, state.opt_state)))
+                if full := disk_full(self._folder(step), nbytes, e):
+                    raise full from None
+                raise
             self._write_manifest(step)
-        except KeyboardInterrupt:  # a Ctrl-C mid-save: let orbax commit (its threads would fail at exit), then stop
-            self.manager.wait_until_finished()
-            self._write_manifest(step)
-            raise
-        except Exception as e:  # orbax and tensorstore wrap OSError in their own types
-            nbytes = sum(x.nbytes for x in jax.tree.leaves((state.params, state.opt_state)))
-            if full := disk_full(self._folder(step), nbytes, e):
-                raise full from None
-            raise
 
     def _write_manifest(self, step: int) -> None:
         if self.main:
@@ -190,7 +217,10 @@ class Checkpointer:
         return state, int(tree["data_pos"])
 
     def close(self) -> None:
-        self.manager.close()
+        """Waits for any save still in progress, then closes the manager (its threads end before the exit)."""
+        with _sigint_deferred():
+            self.manager.wait_until_finished()
+            self.manager.close()
 
 
 def fingerprint(config: dict) -> str:

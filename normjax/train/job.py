@@ -391,10 +391,14 @@ class Job:
 
     def close(self) -> None:
         """Closes the checkpointer and the log and releases the workdir's lock (idempotent)."""
-        if getattr(self, "ckpt", None) is not None:
-            self.ckpt.close()
-            self.ckpt = None
-        if getattr(self, "log", None) is not None:
-            self.log.close()
-        if self.lock is not None:
-            self.lock.release()
+        try:
+            if getattr(self, "ckpt", None) is not None:  # on every exit path, a Ctrl-C too (run_group's finally)
+                ckpt, self.ckpt = self.ckpt, None
+                ckpt.close()
+        finally:
+            try:
+                if getattr(self, "log", None) is not None:
+                    self.log.close()
+            finally:
+                if self.lock is not None:
+                    self.lock.release()

@@ -75,14 +75,7 @@ case(
 )
 
 
-KNOWN_RACE = pytest.mark.xfail(
-    strict=False,
-    reason="open bug: a Ctrl-C right after a checkpoint save can still meet orbax's closed asyncio loop ('Event "
-    "loop is closed' tracebacks at exit); seen once in a full suite run, passes alone",
-)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=KNOWN_RACE) if n == "train: Ctrl-C" else n for n in CASES])
+@pytest.mark.parametrize("name", list(CASES))
 def test_ends_in_one_line(tmp_path, name):
     command, ready, rc, pattern = CASES[name]
     proc = subprocess.Popen(
