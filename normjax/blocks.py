@@ -184,19 +184,25 @@ class Block(nnx.Module):
     def sublayers(self) -> tuple[Sublayer, ...]:
         return tuple(s for s in (self.attn, self.cross, self.ffn) if s is not None)
 
-    def branch(self, sublayer: Sublayer, ctx: BlockContext, records, key=None):
-        """The branch function F(h) of `sublayer`, residual dropout included."""
+    def branch(self, sublayer: Sublayer, ctx: BlockContext, records, key=None, logit_stats: bool = False):
+        """The branch function F(h) of `sublayer`, residual dropout included; with `logit_stats` an attention
+        sublayer also records "<name>.logit_max" (B, T), see `LOGIT_SUFFIX`."""
         rate = self.dropout_rate
         keys = (None, None) if key is None else tuple(jax.random.split(key))
         rec = lambda role, z: records.setdefault(f"{sublayer.name}.{role}", z)
+        stat = None
+        if logit_stats and sublayer.name != "ffn":
+            stat = lambda m: records.__setitem__(f"{sublayer.name}{LOGIT_SUFFIX}", m)
 
         def F(h):
             if sublayer.name == "ffn":
                 out = sublayer.branch(h, dropout_rate=rate, key=keys[0])
             elif sublayer.name == "attn":
-                out = sublayer.branch(h, h, ctx.self_bias, record=rec, dropout_rate=rate, key=keys[0])
+                out = sublayer.branch(h, h, ctx.self_bias, record=rec, dropout_rate=rate, key=keys[0], logit_stat=stat)
             else:
-                out = sublayer.branch(h, ctx.memory, ctx.cross_bias, record=rec, dropout_rate=rate, key=keys[0])
+                out = sublayer.branch(
+                    h, ctx.memory, ctx.cross_bias, record=rec, dropout_rate=rate, key=keys[0], logit_stat=stat
+                )
             if self.branch_multiplier != 1.0:
                 out = out * jnp.asarray(self.branch_multiplier, out.dtype)
             records[f"{sublayer.name}.out"] = out
@@ -204,25 +210,42 @@ class Block(nnx.Module):
 
         return F
 
-    def apply_sublayer(self, sublayer: Sublayer, x, ctx: BlockContext, records, key=None, block_input=None):
+    def apply_sublayer(
+        self, sublayer: Sublayer, x, ctx: BlockContext, records, key=None, block_input=None, logit_stats=False
+    ):
         """x after one wired sublayer; fills `records` with its norm inputs and branch output (times the branch
-        multiplier, when the config sets one). `block_input` is the block's input, which B2T's last sublayer adds."""
+        multiplier, when the config sets one), and with `logit_stats` its attention logit maxima.
+        `block_input` is the block's input, which B2T's last sublayer adds."""
         shared_gate = None if self.gate is None else self.gate[...]
-        return sublayer(x, self.branch(sublayer, ctx, records, key), records, shared_gate, block_input)
+        F = self.branch(sublayer, ctx, records, key, logit_stats)
+        return sublayer(x, F, records, shared_gate, block_input)
 
-    def __call__(self, x, ctx: BlockContext, key=None):
-        """(y, records): the block output and {site: array} for every norm input and branch output."""
+    def __call__(self, x, ctx: BlockContext, key=None, logit_stats: bool = False):
+        """(y, records): the block output and {site: array} for every norm input and branch output; with
+        `logit_stats` also "attn.logit_max" (and "cross.logit_max"), see `LOGIT_SUFFIX`."""
         records = {}
         subs = self.sublayers()
         keys = [None] * len(subs) if key is None else list(jax.random.split(key, len(subs)))
         x = x_in = materialize_cotangent(x)
         for sublayer, k in zip(subs, keys, strict=True):
-            x = self.apply_sublayer(sublayer, x, ctx, records, k, block_input=x_in)
+            x = self.apply_sublayer(sublayer, x, ctx, records, k, block_input=x_in, logit_stats=logit_stats)
         return x, records
 
 
+# Record key suffix of an attention sublayer's logit maxima ("attn.logit_max", "cross.logit_max"): (B, T), per
+# query the largest pre-mask logit over heads and allowed keys (normjax.layers.masked_logit_max). Not a norm
+# input: split_records keeps these keys out of the norm sites.
+LOGIT_SUFFIX = ".logit_max"
+
+
 def split_records(records: dict) -> tuple[dict, dict]:
-    """({norm site: input}, {sublayer: branch output}) from a block's records."""
-    norm_inputs = {k: v for k, v in records.items() if not k.endswith(".out")}
+    """({norm site: input}, {sublayer: branch output}) from a block's records (logit maxima left out:
+    `logit_records`)."""
+    norm_inputs = {k: v for k, v in records.items() if not k.endswith((".out", LOGIT_SUFFIX))}
     branch_outputs = {k.removesuffix(".out"): v for k, v in records.items() if k.endswith(".out")}
     return norm_inputs, branch_outputs
+
+
+def logit_records(records: dict) -> dict:
+    """{attention sublayer ("attn", "cross"): (B, T) logit maxima} from a block's records."""
+    return {k.removesuffix(LOGIT_SUFFIX): v for k, v in records.items() if k.endswith(LOGIT_SUFFIX)}

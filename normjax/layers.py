@@ -53,6 +53,16 @@ def attention_bias(key_mask_BS, num_queries: int, num_keys: int, *, causal: bool
     return jnp.where(allowed, 0.0, jnp.finfo(dtype).min).astype(dtype)
 
 
+def masked_logit_max(logits_BHTS, bias_B1TS):
+    """(B, T): the largest logit of each query over heads and the keys `bias_B1TS` allows (those not at the
+    dtype's minimum, the masked value of `attention_bias`); -inf for a query with no allowed key."""
+    logits_BHTS = logits_BHTS.astype(jnp.promote_types(logits_BHTS.dtype, jnp.float32))
+    if bias_B1TS is not None:
+        allowed = bias_B1TS > jnp.finfo(bias_B1TS.dtype).min / 2
+        logits_BHTS = jnp.where(allowed, logits_BHTS, -jnp.inf)
+    return logits_BHTS.max(axis=(1, 3))
+
+
 class Attention(nnx.Module):
     """Multi-head scaled dot-product attention with query/key/value/out projections.
 
@@ -71,6 +81,10 @@ class Attention(nnx.Module):
     `ngpt_scale` (nGPT, its base scale 1/sqrt(d_model)) makes it nGPT's attention, NVIDIA/ngpt `model.py` lines
     94-96 and 128-135: no biases, q and k unit per head times the learned s_qk (stored as base_scale, used as
     s_qk / base_scale), softmax scale sqrt(d_k) instead of 1/sqrt(d_k).
+
+    `logit_stat(m_BT)`, when given, sees the largest attention logit of each query, (B, T): the scaled (and
+    soft-capped) score before the mask bias, maxed over heads and over the keys the bias allows (-inf for a
+    query with none). Not a norm input: it does not go through `record`, and nothing is computed without it.
     """
 
     def __init__(
@@ -106,7 +120,7 @@ class Attention(nnx.Module):
         self.ngpt_scale = ngpt_scale
         self.sqk = None if ngpt_scale is None else nnx.Param(jnp.full((d_model,), ngpt_scale, param_dtype))
 
-    def __call__(self, x_BTD, memory_BSD, bias_B1TS, *, record, dropout_rate=0.0, key=None):
+    def __call__(self, x_BTD, memory_BSD, bias_B1TS, *, record, dropout_rate=0.0, key=None, logit_stat=None):
         B, T, D = x_BTD.shape
         H = self.num_heads
         full = {"q": self.query(x_BTD), "k": self.key(memory_BSD), "v": self.value(memory_BSD)}
@@ -129,6 +143,8 @@ class Attention(nnx.Module):
         logits = logits * sqrt_dk if self.sqk is not None else logits / sqrt_dk  # nGPT: softmax scale sqrt(d_k)
         if self.logit_softcap is not None:
             logits = softcap(logits, self.logit_softcap)
+        if logit_stat is not None:
+            logit_stat(masked_logit_max(logits, bias_B1TS))
         if bias_B1TS is not None:
             logits = logits + bias_B1TS
         softmax_dtype = jnp.promote_types(dt, jnp.float32)  # never softmax in 16 bits

@@ -136,12 +136,13 @@ class Stack(nnx.Module):
         return nnx.merge(graphdef, jax.tree.map(lambda a: a[l], state), copy=True)
 
     def run_blocks(self, x, ctx: BlockContext, key=None, start: int = 0, stop: int | None = None, record: bool = False):
-        """(x_stop, records): blocks start..stop-1; records[l] is {site: array} when `record`."""
+        """(x_stop, records): blocks start..stop-1; records[l] is {site: array} when `record` (with the
+        attention logit maxima, `normjax.blocks.LOGIT_SUFFIX`)."""
         stop = self.depth if stop is None else stop
         layer_keys = None if key is None else jax.random.split(key, self.depth)
 
         def call(block, x, k):
-            y, recs = block(x, ctx, k)
+            y, recs = block(x, ctx, k, logit_stats=record)
             return y, ({"stream": x} | recs if record else {})
 
         if self.remat:

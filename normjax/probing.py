@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from normjax.blocks import BlockContext, split_records
+from normjax.blocks import BlockContext, logit_records, split_records
 from normjax.hyper import HyperStreams
 from normjax.jacobian import traced
 from normjax.layers import attention_bias
@@ -35,6 +35,13 @@ class StackProbes:
     A hyper-connected stack (`shc`, `dhc`, `mhc`) carries n streams: hyper_streams[l] (n, B, T, D) holds them,
     streams[l] their sum (what the read-out sees; at n = 1 the Pre-LN stream), and final_norm_input the sum at L.
     hyper_streams is None for every other stack.
+
+    attn_logit_max[l] maps each attention sublayer of block l ("attn", and "cross" in a seq2seq decoder) to a
+    (B, T) array: per query position, the largest attention logit (the scaled score after any soft-cap and
+    before the mask bias, `normjax.layers.masked_logit_max`) over heads and over the keys the mask allows
+    (causal-allowed, unpadded; -inf where none is). Padded query rows are included: reduce over real tokens.
+    These are not norm inputs (a separate record channel, `normjax.blocks.LOGIT_SUFFIX`); None when the
+    probe did not record them.
     """
 
     streams: list
@@ -43,6 +50,7 @@ class StackProbes:
     final_norm_input: jax.Array | None
     dual_streams: list | None = None
     hyper_streams: list | None = None
+    attn_logit_max: list | None = None
 
 
 def stack_names(model: Transformer) -> tuple[str, ...]:
@@ -74,6 +82,7 @@ def probe(model: Transformer, *inputs, **masks) -> tuple[jax.Array, dict[str, St
 
 def _stack_probes(model: Transformer, stack: str, records: list, last) -> StackProbes:
     split = [split_records({k: v for k, v in rec.items() if k != "stream"}) for rec in records]
+    logit_max = [logit_records(rec) for rec in records]
     has_final = model.stacks[stack].final_norm is not None
     st = model.stacks[stack]
     states = [rec["stream"] for rec in records] + [last]
@@ -83,7 +92,7 @@ def _stack_probes(model: Transformer, stack: str, records: list, last) -> StackP
     elif st.hyper_streams:
         streams, hyper = [s.total() for s in states], [jnp.stack(s.streams) for s in states]
     final = st.final_norm_input(last) if has_final else None
-    return StackProbes(streams, [s[0] for s in split], [s[1] for s in split], final, dual, hyper)
+    return StackProbes(streams, [s[0] for s in split], [s[1] for s in split], final, dual, hyper, logit_max)
 
 
 def probe_stream(

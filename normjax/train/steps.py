@@ -199,16 +199,24 @@ def _model_inputs(task: str, batch: dict):
 
 
 def diagnostics(graphdef: nnx.GraphDef, task: str, params: nnx.State, consts: nnx.State, batch: dict) -> dict:
-    """Gradient norm per layer (all params and FFN weights) and the DeepNet LN-input diagnostic.
+    """Gradient norm per layer (all params and FFN weights), the DeepNet LN-input diagnostic, attention and
+    output logit maxima.
 
-    Gradients are of the unsmoothed nll without dropout. `norm_input_rms` is, per stack, the largest
-    over layers and norm sites of the mean over real tokens of ||x|| / sqrt(d) at the norm's input (a
-    per-head site's token counts all its D entries)
-    (about 1 at a healthy init; >> 1 when Post-LN's LN inputs blow up). Stacks without norm sites
-    report 0.
+    Gradients are of the unsmoothed nll without dropout. The rms of a norm site is the mean over real tokens of
+    ||x|| / sqrt(d) at the norm's input (a per-head site's token counts all its D entries; cross-attention keys
+    and values are weighted by the source mask). `ln_input_rms` is, per stack and layer, the largest rms over
+    that block's norm sites (0 for a block without any); `norm_input_rms` the largest over all layers, sites and
+    the final norm (= max(ln_input_rms, final site, 0); about 1 at a healthy init, >> 1 when Post-LN's LN
+    inputs blow up). `attn_logit_max` is, per layer, the largest self-attention logit (scaled, soft-capped,
+    before the mask bias) over heads, real queries and the keys the mask allows them (causal, unpadded);
+    `cross_logit_max` the same for a seq2seq decoder's cross-attention (keys: real source tokens); -inf when
+    no (query, key) pair is real. `output_logit_mean` / `output_logit_max` are the mean and max of the output
+    logits over real target tokens (the mean over tokens and vocab entries).
 
     Returns:
-      {"grad_norm/<stack>": (L,), "ffn_grad_norm/<stack>": (L,), "norm_input_rms/<stack>": scalar}.
+      {"grad_norm/<stack>": (L,), "ffn_grad_norm/<stack>": (L,), "norm_input_rms/<stack>": scalar,
+      "ln_input_rms/<stack>": (L,), "attn_logit_max/<stack>": (L,), "cross_logit_max/decoder": (L,)
+      (encoder_decoder only), "output_logit_mean": scalar, "output_logit_max": scalar}.
     """
 
     def nll(p):
@@ -218,7 +226,7 @@ def diagnostics(graphdef: nnx.GraphDef, task: str, params: nnx.State, consts: nn
     grads = jax.grad(nll)(params)
     model = nnx.merge(graphdef, params, consts)
     args, masks, stack_masks = _model_inputs(task, batch)
-    _, probes = normjax.probe(model, *args, **masks)
+    logits_BTV, probes = normjax.probe(model, *args, **masks)
     out = {}
     for stack in normjax.stack_names(model):
         layers = normjax.layer_params(grads, model, stack)
@@ -226,16 +234,33 @@ def diagnostics(graphdef: nnx.GraphDef, task: str, params: nnx.State, consts: nn
         out[f"ffn_grad_norm/{stack}"] = jnp.stack(
             [optimizers.global_norm({k: v for k, v in g.items() if k.startswith("ffn/")}) for g in layers]
         )
-        sites = [(name, x) for block in probes[stack].norm_inputs for name, x in block.items()]
-        if probes[stack].final_norm_input is not None:
-            sites.append(("final", probes[stack].final_norm_input))
-        rms = [jnp.zeros(())]
-        for name, x_BTD in sites:
+        sp = probes[stack]
+
+        def site_rms(name, x_BTD, stack=stack):
             # cross-attention keys/values are encoder positions: weight them by the source mask
             w_BT = stack_masks["encoder" if name in ("cross.k", "cross.v") else stack]
             w_BT = w_BT.astype(jnp.float32)
             x_BTD = x_BTD.reshape(*x_BTD.shape[:2], -1)  # per-head sites (B, T, H, D/H): the token's D entries
             r_BT = jnp.linalg.norm(x_BTD.astype(jnp.float32), axis=-1) / jnp.sqrt(x_BTD.shape[-1])
-            rms.append((r_BT * w_BT).sum() / jnp.maximum(w_BT.sum(), 1.0))
+            return (r_BT * w_BT).sum() / jnp.maximum(w_BT.sum(), 1.0)
+
+        per_layer = [[site_rms(name, x) for name, x in block.items()] for block in sp.norm_inputs]
+        rms = [jnp.zeros(())] + [r for block in per_layer for r in block]
+        if sp.final_norm_input is not None:
+            rms.append(site_rms("final", sp.final_norm_input))
         out[f"norm_input_rms/{stack}"] = jnp.max(jnp.stack(rms))
+        out[f"ln_input_rms/{stack}"] = jnp.stack([jnp.max(jnp.stack([jnp.zeros(()), *b])) for b in per_layer])
+        q_BT = stack_masks[stack].astype(bool)
+        for sub, key in (("attn", "attn_logit_max"), ("cross", "cross_logit_max")):
+            if sub not in sp.attn_logit_max[0]:
+                continue
+            out[f"{key}/{stack}"] = jnp.stack(
+                [jnp.max(jnp.where(q_BT, block[sub], -jnp.inf)) for block in sp.attn_logit_max]
+            )
+    w_BT = stack_masks[normjax.stack_names(model)[-1]].astype(bool)
+    logits_BTV = logits_BTV.astype(jnp.promote_types(logits_BTV.dtype, jnp.float32))
+    w_BT1 = w_BT[..., None]
+    count = jnp.maximum(w_BT.sum() * logits_BTV.shape[-1], 1)
+    out["output_logit_mean"] = jnp.where(w_BT1, logits_BTV, 0.0).sum() / count
+    out["output_logit_max"] = jnp.max(jnp.where(w_BT1, logits_BTV, -jnp.inf))
     return out
