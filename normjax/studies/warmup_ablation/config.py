@@ -139,6 +139,7 @@ def _byte_lm(config, d_model, d_ff, num_layers, num_steps, batch_size, seq_len):
         placement="post", scan_layers=False,
     )  # fmt: skip
     config.data.update(task="bytes_lm", seq_len=seq_len, max_bytes=2_000_000)
+    config.sweep.workers = 0  # one worker process per CPU core (how runs are scheduled, never what they compute)
     config.train.update(
         optimizer="adam", b1=0.9, b2=0.95, eps=1e-8, num_steps=num_steps, batch_size=batch_size,
         label_smoothing=0.0, clip_norm=0.0, log_every=num_steps // 30, eval_every=num_steps // 3,

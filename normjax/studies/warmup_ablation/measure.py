@@ -93,6 +93,7 @@ def summarize_runs(config, sweep: dict, folder: str) -> list[dict]:
                 "train_nll": train_nll,
                 "valid_nll": valid_nll,
                 "norm_input_rms": _curve(folder, entry["name"], "diag/norm_input_rms/decoder"),
+                "ln_input_rms": _curve(folder, entry["name"], "diag/ln_input_rms/decoder"),
                 "attn_logit_max": _curve(folder, entry["name"], "diag/attn_logit_max/decoder"),
                 "output_logit_max": _curve(folder, entry["name"], "diag/output_logit_max"),
                 "output_logit_mean": _curve(folder, entry["name"], "diag/output_logit_mean"),
