@@ -9,6 +9,7 @@ from normjax import specs
 from normjax.studies import schema as s
 from normjax.studies.presets import INIT_TIME_SPECS, preset
 from normjax.train.config_io import ConfigError
+from normjax.train.config_schema import Spec
 
 PAPER_SPECS = INIT_TIME_SPECS  # the :paper list
 
@@ -20,6 +21,7 @@ def _base():
     c.vocab_size = 1000
     c.d_model, c.num_heads, c.d_ff = 128, 4, 512
     c.num_layers = 24
+    c.final_norm_depths = (1, 3, 6, 12, 24)  # S4's final-norm half: real-setting Pre-LN with and without it
     c.batch_size, c.seq_len = 8, 32
     c.seed = 0  # seeds seed .. seed + num_seeds - 1; every verdict needs at least 3
     c.num_seeds = 3
@@ -37,6 +39,7 @@ def _paper():
     c.d_model, c.num_heads, c.d_ff, c.num_layers = 512, 8, 2048, 48
     c.batch_size, c.seq_len, c.num_seeds = 16, 64, 5
     c.placements = PAPER_SPECS
+    c.final_norm_depths = (1, 3, 6, 12, 24, 48)
     return c
 
 
@@ -48,6 +51,7 @@ SCHEMA = s.MODEL | dict(
     placements=s.MODEL_SPECS,
     settings=s.choices(*s.SETTINGS),
     num_layers=s.POS,
+    final_norm_depths=Spec(tuple, item=s.POS, nonempty=False),  # () leaves out S4's final-norm arms
     batch_size=s.POS,
     seq_len=s.POS,
     seed=s.SEED,

@@ -13,6 +13,7 @@ import normjax
 from normjax import plotting, specs
 from normjax.jacobian import fits
 from normjax.studies.encoder_models import lemma2_bounds, model_config
+from normjax.studies.hidden_norms import final_norm
 from normjax.studies.seeds import seeds
 
 NORM_INPUT_SITES = ("attn.post", "ffn.post", "attn.pre", "ffn.pre")
@@ -131,6 +132,8 @@ def compute(config, study) -> dict:
             for seed in seeds(config)
         ]
         results["runs"].setdefault(setting, {})[placement] = _aggregate(runs)
+    if "real" in config.settings and config.get("final_norm_depths"):  # S4's final-norm half
+        results["final_norm"] = final_norm.compute(config, study)
     return results
 
 
@@ -187,4 +190,5 @@ def plot(results: dict, study) -> list[str]:
         ax.axhline(bounds["post_ln_input"], **plotting.THEORY_STYLE, label="Lemma 2: $E\\|z\\|^2/d = 3/2$")
         ax.set(title=f"Post-LN-style norm inputs ({setting})", xlabel="layer", ylabel=r"$\|z\|^2/d$")
         plotting.legend_outside(ax)
-    return paths + plotting.save(fig, study.figure_stem("ln_inputs"))
+    paths += plotting.save(fig, study.figure_stem("ln_inputs"))
+    return paths + (final_norm.plot(results, study) if "final_norm" in results else [])
