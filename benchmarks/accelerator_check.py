@@ -11,12 +11,14 @@ phase that fails or runs past its share of --budget_s is stopped, reported as su
               runs on the CPU: that benchmark steps PyTorch on the CPU, so beside a GPU the ratio would compare
               devices, not implementations.
   sweep       benchmarks.sweep: the 16-run lr x warmup grid, a plain re-jitting loop vs the sweep engine.
-  ablation    normjax.studies.warmup_ablation at the `:paper` preset (6-6 layers, d 512, FFN 1024, 4 heads,
-              4096-token batches; placement {post, pre} x lr {5e-4, 1e-3} x warmup {0, 500, 4000} scaled to
-              {0, steps/8, steps}), cut to --ablation_steps per cell: IWSLT14 De-En when --iwslt holds the
-              prepared files, else the synthetic translation task at the same model, batch and bucket sizes (the
-              note says which). A short run: it exercises the path and measures speed; it is not the paper's
-              50k-update result.
+  ablation    a reduced Xiong et al. Fig. 2 grid: normjax.studies.warmup_ablation at the `:paper` model (6-6
+              layers, d 512, FFN 1024, 4 heads, 4096-token batches, Adam 0.9/0.98), placement {post, pre} x lr
+              {5e-4, 1e-3} x warmup {0, steps/3} (1200 steps: warmup 400 = 8x Adam's horizon 1/(1 - 0.98),
+              the "4000-equivalent" of a run 3x longer than its warmup), one seed, --ablation_steps per cell:
+              IWSLT14 De-En when --iwslt holds the prepared files, else the gettext De-En corpus built from this
+              machine's catalogs (normjax.train.data_gettext), else -- with the reason in the note -- the
+              synthetic translation task at the same sizes. A short run: it exercises the path and measures
+              speed; it is not the paper's 50k-update result.
 --size=tiny shrinks every phase to seconds on a CPU (tests/test_accelerator_check.py runs it): d 16-32 models, a
 few steps, synthetic data, and only the first cell of the ablation grid (--shard=0/12).
 
@@ -40,14 +42,14 @@ from normjax.io import read_json, write_json
 from normjax.train.data_text import IWSLT_FILES
 
 PHASES = ("train_step", "sweep", "ablation")
-_SHARE = {"train_step": 0.25, "sweep": 0.3, "ablation": 0.45}  # of the budget; unused time goes to later phases
+_SHARE = {"train_step": 0.2, "sweep": 0.2, "ablation": 0.6}  # of the budget; unused time goes to later phases
 
 _SIZE = flags.DEFINE_enum("size", "full", ["full", "tiny"], "full: the benchmarks' sizes; tiny: seconds on a CPU.")
 _OUT = flags.DEFINE_string("out", None, "Output folder (default: $OUT, else results/accelerator_check).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Scratch folder (default: a fresh temporary one).")
 _PHASES = flags.DEFINE_list("phases", list(PHASES), f"Any of {', '.join(PHASES)}.")
 _BUDGET = flags.DEFINE_integer("budget_s", 480, "Wall-clock seconds for all phases together.")
-_ABLATION_STEPS = flags.DEFINE_integer("ablation_steps", 200, "Train steps per ablation cell (a multiple of 10).")
+_ABLATION_STEPS = flags.DEFINE_integer("ablation_steps", 1200, "Train steps per ablation cell (a multiple of 30).")
 _IWSLT = flags.DEFINE_string("iwslt", "data/iwslt14.tokenized.de-en", "Prepared IWSLT14 De-En folder, if any.")
 
 _TINY_TRAIN_STEP = ["--sizes=32x2x64", "--layers=1", "--batch=4", "--length=16", "--rounds=1", "--steps_per_round=1"]
@@ -87,6 +89,17 @@ def iwslt_ready(path: str) -> bool:
     return all(os.path.isfile(os.path.join(path, name)) for name in IWSLT_FILES)
 
 
+def gettext_corpus() -> tuple[str | None, str]:
+    """(folder, "") of the default gettext De-En corpus (built into the cache if needed), or (None, why not)."""
+    from normjax.train import data_gettext  # sentencepiece: only when the check needs it
+    from normjax.train.data_text import DataError
+
+    try:
+        return data_gettext.cached_corpus(data_gettext.CorpusSpec()), ""
+    except DataError as e:
+        return None, str(e)
+
+
 def train_step_command(size: str, machine: dict, out: str) -> tuple[list[str], str]:
     """The benchmarks.train_step command and the note on its PyTorch columns."""
     impls, note = ["normjax", "normjax_scan"], ""
@@ -112,16 +125,19 @@ def ablation_command(size: str, steps: int, iwslt: str, workdir: str) -> tuple[l
     """The normjax.studies.warmup_ablation command at the :paper preset (its folder `workdir` ends in
     warmup_ablation), and the note on its data and length."""
     if size == "tiny":
-        overrides, shard = dict(_TINY_ABLATION), "0/12"
-        note = "tiny: synthetic data, d 16, 4 steps, only cell 0 of the grid (--shard=0/12)"
+        overrides, shard = dict(_TINY_ABLATION), "0/8"
+        note = "tiny: synthetic data, d 16, 4 steps, only cell 0 of the grid (--shard=0/8)"
     else:
         overrides, shard = {}, "0/1"
         if iwslt_ready(iwslt):
             overrides["data.path"] = iwslt
             data = f"IWSLT14 De-En from {iwslt}"
+        elif (corpus := gettext_corpus())[0]:
+            overrides |= {"data.task": "gettext", "data.path": corpus[0]}
+            data = f"gettext De-En from this machine's catalogs ({corpus[0]}; no IWSLT14 files in {iwslt})"
         else:
             overrides["data.task"] = "synthetic"
-            data = f"synthetic translation task (no IWSLT14 files in {iwslt})"
+            data = f"synthetic translation task (no IWSLT14 files in {iwslt}; no gettext corpus: {corpus[1]})"
         overrides |= {
             "train.num_steps": steps,
             "train.log_every": steps // 10,
@@ -130,8 +146,10 @@ def ablation_command(size: str, steps: int, iwslt: str, workdir: str) -> tuple[l
             "train.bleu_examples": 200,
             "train.diag_every": steps // 2,
         }
-        warmups = f"{{0, {steps // 8}, {steps}}}"
-        note = f":paper model and batches, {steps} steps per cell, warmups {warmups} (not the 50k-update run), {data}"
+        note = (
+            f":paper model and batches, {steps} steps per cell, warmups {{0, {steps // 3}}}, one seed (not the "
+            f"50k-update run), {data}"
+        )
     args = [f"--config.{key}={value}" for key, value in overrides.items()]
     config = f"--config={write_scaled_grid(steps if size != 'tiny' else overrides['train.num_steps'], workdir)}"
     parent = os.path.dirname(workdir.rstrip(os.sep))  # the study writes PARENT/warmup_ablation = workdir
@@ -139,7 +157,7 @@ def ablation_command(size: str, steps: int, iwslt: str, workdir: str) -> tuple[l
     return [*command, "--progress=false", *args], note
 
 
-_SCALED_GRID = '''"""The :paper warmup ablation grid, warmup axis scaled to a {steps}-step run (accelerator_check)."""
+_SCALED_GRID = '''"""Xiong et al.'s Fig. 2 grid at the :paper model, reduced to {steps} steps (accelerator_check)."""
 
 from normjax.studies.warmup_ablation.config import get_config as paper_config
 from normjax.train.config_io import sweep_axes
@@ -152,18 +170,19 @@ def get_config(arg: str = "paper"):
     axes["train.seed"] = [config.train.seed]  # one seed, main grid only: a timing check, not a verdict
     config.sweep.axes = sweep_axes(axes)
     config.sweep.grids = {{}}
+    config.train.decay_start = {longest}  # the fair control: every arm decays from the longest warmup
     return config
 '''
 
 
 def write_scaled_grid(steps: int, workdir: str) -> str:
-    """A config file beside `workdir`: the :paper grid with warmups {0, 500, 4000} scaled so the longest equals
-    the short run (a warmup longer than the run is refused, and 4000 warmup steps do not fit the time budget)."""
-    warmups = [0, max(1, steps * 500 // 4000), steps]
+    """A config file beside `workdir`: the :paper grid with warmups {0, 4000} reduced to {0, steps / 3}, so the
+    run is 3x its longest warmup (4000 warmup steps and 50k updates do not fit the time budget)."""
+    warmups = [0, max(1, steps // 3)]
     path = f"{workdir.rstrip(os.sep)}_config.py"
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        f.write(_SCALED_GRID.format(steps=steps, warmups=warmups))
+        f.write(_SCALED_GRID.format(steps=steps, warmups=warmups, longest=max(warmups)))
     return path
 
 
@@ -249,8 +268,8 @@ def main(argv):
     unknown = sorted(set(_PHASES.value) - set(PHASES))
     if unknown:
         raise app.UsageError(f"--phases: unknown {unknown}; valid: {', '.join(PHASES)}")
-    if _ABLATION_STEPS.value < 10 or _ABLATION_STEPS.value % 10:
-        raise app.UsageError("--ablation_steps must be a positive multiple of 10 (log and diagnostic intervals)")
+    if _ABLATION_STEPS.value < 30 or _ABLATION_STEPS.value % 30:
+        raise app.UsageError("--ablation_steps must be a positive multiple of 30 (warmup steps/3, log every steps/10)")
     out, work = output_folder(), scratch_folder()
     logs = os.path.join(out, "logs")
     os.makedirs(logs, exist_ok=True)

@@ -39,9 +39,9 @@ def test_tiny_check_writes_every_phase(tmp_path):
     assert (sweep["plain"]["compiles"], sweep["engine"]["compiles"]) == (2, 1)  # 2 runs; the engine shares one step
 
     cells = phases["ablation"]["rows"]
-    assert len(cells) == 12  # the :paper grid: 2 placements x 2 lrs x 3 warmups
+    assert len(cells) == 8  # the reduced Fig. 2 grid: 2 placements x 2 lrs x 2 warmups
     done = [(c["placement"], c["lr"], c["warmup"], c["steps"]) for c in cells if c["outcome"] != "not done"]
-    assert done == [("post", 5e-4, 0, 4)]  # --shard=0/12 trains the first cell only
+    assert done == [("post", 5e-4, 0, 4)]  # --shard=0/8 trains the first cell only
     assert cells[0]["outcome"] in ("ok", "stalled")  # 4 steps of a tiny model may not leave the unigram level
     assert all(c["outcome"] == "not done" for c in cells[1:])
 
@@ -50,7 +50,7 @@ def test_tiny_check_writes_every_phase(tmp_path):
         assert f"| {name} | ok |" in table
     assert sum(line.startswith("| 32/2/64 |") for line in table.splitlines()) == len(cases)
     assert sum(line.startswith(("| plain |", "| engine |")) for line in table.splitlines()) == 2
-    assert sum(line.startswith(("| post |", "| pre |")) for line in table.splitlines()) == 12
+    assert sum(line.startswith(("| post |", "| pre |")) for line in table.splitlines()) == 8
     assert sorted(os.listdir(out / "logs")) == ["ablation.log", "probe.log", "sweep.log", "train_step.log"]
 
 
