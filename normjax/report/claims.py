@@ -64,8 +64,9 @@ REGISTRY = (
           "The last layer's FFN gradient is independent of depth L for Post-LN and scales like L^(-1/2) for Pre-LN "
           "(upper bounds read as scaling laws: log-log slopes 0 and -1/2)."),
     Claim("X6", "Fig. 3: Post-LN FFN gradient grows with layer index, Pre-LN about flat (||E[grad]||)", XIONG,
-          "At init in a 6-6 Transformer the FFN weight gradient ||E[grad]|| grows with the layer index for Post-LN "
-          "and is about flat for Pre-LN."),
+          "At init in a 6-6 Transformer the FFN weight gradient ||E[grad]|| of W^2 grows with the layer index for "
+          "Post-LN and is about flat for Pre-LN, in the decoder (the stack next to the output; the encoder is "
+          "reported, not judged, see L3)."),
     Claim("X7", "Fig. 2: Post-LN without warmup fails on IWSLT14; Pre-LN without warmup trains sooner", XIONG,
           "On IWSLT14 De-En, Post-LN without warmup reaches BLEU 8.45 against about 34 with warmup; Pre-LN without "
           "warmup reaches the same quality sooner."),
@@ -77,7 +78,8 @@ REGISTRY = (
     Claim("L2", "Admin omega from profiling; closed form sqrt((N+1)/ln(N+1) - 1)", LIU,
           "Admin's omega from one profiling pass is approximated by sqrt((N+1)/ln(N+1) - 1)."),
     Claim("L3", "At init, Post-LN's gradient vanishing shows in the decoder, not the encoder", LIU,
-          "At init, Post-LN's gradient vanishing toward the shallow layers is in the decoder, not the encoder."),
+          "At init, Post-LN's gradient vanishing toward the shallow layers is in the decoder, not the encoder (Sec. "
+          "3, Fig. 3; the decoder half is X6's Post-LN check)."),
     Claim("D1", "DeepNorm alpha/beta per topology; beta scales FFN, W^V, W^O, not W^Q, W^K", DEEPNET,
           "DeepNorm's alpha and beta per topology, with beta scaling the init of FFN, W^V and W^O only (a check of "
           "this code's constants)."),
@@ -100,8 +102,9 @@ REGISTRY = (
           "Kim et al. 2025, Peri-LN (arXiv 2502.02732)", "With Peri-LN (Sandwich) the hidden-state variance grows "
           "about linearly with depth; Pre-LN's can grow faster during training."),
     Claim("R5", "Mix-LN (post first quarter, pre after) gives a flatter per-layer gradient profile",
-          "Li et al. 2024, Mix-LN (arXiv 2412.13795)", "Post-LN in the first quarter of layers and Pre-LN after gives "
-          "a flatter per-layer gradient profile than either."),
+          "Li et al. 2024, Mix-LN (arXiv 2412.13795)", "In a decoder-only LM, Post-LN in the first quarter of layers "
+          "and Pre-LN after gives a flatter per-layer gradient profile than Pre-LN (and Post-LN); the paper measures "
+          "it during pre-training, this project at init only (the training half would need deep_training)."),
     Claim("R6", "DyT gamma tanh(alpha x) + beta, alpha_0 = 0.5, can replace the norm in Pre-LN",
           "Zhu et al. 2025, Transformers without Normalization (arXiv 2503.10622)", "DyT, gamma tanh(alpha x) + beta "
           "with alpha_0 = 0.5, replaces LayerNorm in Pre-LN at about the same loss."),

@@ -29,6 +29,7 @@ def _tiny():
     c.vocab_size, c.d_model, c.num_heads, c.d_ff, c.num_layers = 31, 16, 2, 32, 3
     c.batch_size, c.seq_len, c.num_batches = 2, 6, 3
     c.seed, c.num_seeds = 1, 3  # not seed 0: --config.seed=1 must work
+    c.deep_layers, c.deep_placements, c.deep_num_batches = 4, ("pre", "mixln"), 2  # mixln: 1 Post-LN layer of 4
     return c
 
 
@@ -37,7 +38,11 @@ def test_grad_norms_at_init_smoke(tmp_path):
         "grad_norms_at_init", str(tmp_path), _tiny(), grad_norms_at_init.compute, grad_norms_at_init.plot
     )
     results = saved["results"]
-    assert (tmp_path / "grad_norms_at_init" / "grad_fc2.png").exists()
+    for figure in ("grad_fc2.png", "xiong_fig3.png", "grad_deep_decoder.png"):
+        assert (tmp_path / "grad_norms_at_init" / figure).exists()
+    deep = results["deep"]
+    assert deep["num_layers"] == 4 and set(deep["runs"]) == {"pre", "mixln"}
+    assert np.shape(deep["runs"]["mixln"]["decoder"][KERNEL]["norm_of_mean"]["seeds"]) == (3, 4)
     assert set(results["runs"]["encoder_decoder"]["post"]) == {"encoder", "decoder"}
     for placement in ("post", "pre", "resi_dual", "pre:scalenorm"):
         for stack in results["runs"]["encoder_decoder"][placement].values():
@@ -57,7 +62,7 @@ def test_grad_norms_at_init_smoke(tmp_path):
     assert claims == {"X6", "L3", "R5", "S1", "S3"} and claims <= set(CLAIMS)
     assert all(row["verdict"] in VERDICTS for row in judge("grad_norms_at_init", results))
     r5 = next(row for row in judge("grad_norms_at_init", results) if row["claim"] == "R5")
-    assert r5["verdict"] == "not testable at this scale"  # no mixln in this config
+    assert "vs pre" in r5["key"] and "vs post" not in r5["key"]  # no deep Post-LN in this config
 
 
 def test_probe_matches_param_probes_grad_norms():
@@ -100,31 +105,47 @@ def _profile(slopes, log_range=None):
     }
 
 
-def _results(post, pre, post_enc=None, mixln=None, num_seeds=3):
-    """Synthetic results of the 6-6 model: Post-LN slopes `post` (decoder) and `post_enc` (encoder)."""
+def _stack(profile):
+    return {KERNEL: {m: profile for m in ("norm_of_mean", "mean_of_norms")}}
 
-    def stacks(dec, enc, log_range=None):
-        return {
-            s: {KERNEL: {m: _profile(v, log_range) for m in ("norm_of_mean", "mean_of_norms")}}
-            for s, v in (("decoder", dec), ("encoder", enc))
-        }
 
-    runs = {"post": stacks(post, post if post_enc is None else post_enc), "pre": stacks(pre, pre)}
-    if mixln is not None:
-        runs["mixln"] = stacks(pre, pre, log_range=mixln)
-    return {"num_batches": 4, "num_seeds": num_seeds, "runs": {"encoder_decoder": runs}}
+def _results(post, pre, post_enc=None, pre_enc=None, deep=None, num_seeds=3):
+    """Synthetic results of the 6-6 model: decoder slopes `post`, `pre`; encoder slopes `post_enc`, `pre_enc`
+    (default: the decoder's); `deep` = {placement: per-seed ln max/min} of the deep decoder."""
+    enc = {"post": post if post_enc is None else post_enc, "pre": pre if pre_enc is None else pre_enc}
+    runs = {
+        p: {"decoder": _stack(_profile(v)), "encoder": _stack(_profile(enc[p]))}
+        for p, v in (("post", post), ("pre", pre))
+    }
+    out = {"num_batches": 4, "num_seeds": num_seeds, "runs": {"encoder_decoder": runs}}
+    if deep is not None:
+        deep_runs = {p: {"decoder": _stack(_profile([0.0] * len(r), r))} for p, r in deep.items()}
+        out["deep"] = {"arch": "decoder", "num_layers": 24, "num_batches": 4, "runs": deep_runs}
+    return out
 
 
 def _verdicts(results):
     return {row["claim"]: row["verdict"] for row in judge("grad_norms_at_init", results)}
 
 
-def test_rules_clean_pass():
-    v = _verdicts(_results(post=[0.40, 0.42, 0.41], pre=[0.00, 0.01, -0.01], post_enc=[0.00, 0.01, -0.01]))
-    assert v["X6"] == "partly holds"  # the encoder's Post-LN is flat: X6 wants it to grow
-    assert v["L3"] == "holds" and v["S3"] == "holds" and v["S1"] == "partly holds"
-    v = _verdicts(_results(post=[0.40, 0.42, 0.41], pre=[0.00, 0.01, -0.01]))
-    assert v["X6"] == v["S1"] == "holds" and v["L3"] == "partly holds"  # both stacks grow
+GROWS, FLAT = [0.40, 0.42, 0.41], [0.00, 0.01, -0.01]
+
+
+def test_x6_and_l3_can_both_hold():
+    # Xiong's decoder grows under Post-LN, Pre-LN is flat; Liu's encoder does not grow: both papers right at once
+    v = _verdicts(_results(post=GROWS, pre=FLAT, post_enc=FLAT))
+    assert v["X6"] == v["L3"] == v["S3"] == "holds"
+    assert v["S1"] == "partly holds"  # the folklore's 'every stack' is what fails, not X6 or L3
+
+
+def test_x6_is_judged_on_the_decoder_only():
+    for post_enc in (FLAT, GROWS, [-0.3, -0.31, -0.32]):
+        assert _verdicts(_results(post=GROWS, pre=FLAT, post_enc=post_enc, pre_enc=GROWS))["X6"] == "holds"
+    assert _verdicts(_results(post=GROWS, pre=GROWS, post_enc=FLAT))["X6"] == "partly holds"  # Pre-LN decoder grows
+
+
+def test_l3_wants_the_encoder_not_to_grow():
+    assert _verdicts(_results(post=GROWS, pre=FLAT))["L3"] == "partly holds"  # both stacks grow
 
 
 def test_rules_a_claim_that_fails():
@@ -134,18 +155,31 @@ def test_rules_a_claim_that_fails():
 
 def test_rules_noisy_mean_passes_but_interval_straddles():
     # mean slope 0.1 > 0.05, but the 95% interval over 3 seeds reaches below 0.05: not 'grows'
-    v = _verdicts(_results(post=[0.0, 0.2, 0.1], pre=[0.0, 0.01, -0.01], post_enc=[0.0, 0.01, -0.01]))
-    assert v["L3"] == INCONCLUSIVE and v["X6"] == "partly holds"  # the decoder's trend is undecided
+    v = _verdicts(_results(post=[0.0, 0.2, 0.1], pre=FLAT, post_enc=FLAT))
+    assert v["L3"] == v["X6"] == INCONCLUSIVE  # the decoder's trend is undecided, the rest supported
     assert v["S1"] == "does not hold"  # the encoder's Post-LN is flat (contradicted), the decoder's undecided
     # Pre-LN's mean slope 0.0 is flat, its interval [-0.25, 0.25] is not
-    assert _verdicts(_results(post=[0.4, 0.41, 0.42], pre=[-0.1, 0.1, 0.0]))["X6"] == INCONCLUSIVE
+    rows = judge("grad_norms_at_init", _results(post=GROWS, pre=[-0.1, 0.1, 0.0]))
+    x6 = next(row for row in rows if row["claim"] == "X6")
+    assert x6["verdict"] == INCONCLUSIVE and "underpowered" in x6["reason"]  # a 0.5-wide interval, a 0.1 band
 
 
-def test_rule_mixln_flatter_needs_the_whole_interval_above():
-    post, pre = [0.40, 0.42, 0.41], [0.10, 0.12, 0.11]  # ln max/min: post about 2.05, pre about 0.55
-    assert _verdicts(_results(post, pre, mixln=[0.20, 0.21, 0.22]))["R5"] == "holds"
-    assert _verdicts(_results(post, pre, mixln=[0.90, 0.91, 0.92]))["R5"] == "does not hold"
-    assert _verdicts(_results(post, pre, mixln=[0.0, 1.0, 0.5]))["R5"] == INCONCLUSIVE  # mean margin > 0, noisy
+def test_r5_against_pre_first_then_post():
+    pre, post = [0.55, 0.56, 0.57], [2.05, 2.06, 2.07]  # per-seed ln max/min
+    assert (
+        _verdicts(_results(GROWS, FLAT, deep={"pre": pre, "post": post, "mixln": [0.20, 0.21, 0.22]}))["R5"] == "holds"
+    )
+    v = _verdicts(_results(GROWS, FLAT, deep={"pre": pre, "post": post, "mixln": [0.90, 0.91, 0.92]}))
+    assert v["R5"] == "partly holds"  # flatter than Post-LN, not than Pre-LN
+    assert _verdicts(_results(GROWS, FLAT, deep={"pre": pre, "mixln": [0.90, 0.91, 0.92]}))["R5"] == "does not hold"
+    assert _verdicts(_results(GROWS, FLAT, deep={"pre": pre, "mixln": [0.0, 1.0, 0.5]}))["R5"] == INCONCLUSIVE
+    assert _verdicts(_results(GROWS, FLAT, deep={"post": post, "mixln": pre}))["R5"] == "not testable at this scale"
+
+
+def test_r5_row_says_the_training_half_is_not_measured():
+    rows = judge("grad_norms_at_init", _results(GROWS, FLAT, deep={"pre": [0.5] * 3, "mixln": [0.4, 0.41, 0.42]}))
+    r5 = next(row for row in rows if row["claim"] == "R5")
+    assert "at init" in r5["measured"] and "deep_training" in r5["reason"] and "during pre-training" in r5["reason"]
 
 
 def test_rules_with_fewer_than_three_seeds_say_so():

@@ -17,24 +17,28 @@ METRICS = ("norm_of_mean", "mean_of_norms")
 TITLES = {"encoder_decoder": "enc-dec", "encoder": "encoder-only", "decoder": "decoder-only"}
 
 
-def model_config(config, arch: str, placement: str) -> normjax.ModelConfig:
-    """The model of `arch`; `placement` is a model spec (`normjax.specs`: "pre", "pre+qk_norm")."""
+DEEP_ARCH = "decoder"  # R5's model: Mix-LN is a recipe for decoder-only LMs (Li et al. 2024, LLaMA-like)
+
+
+def model_config(config, arch: str, placement: str, num_layers: int | None = None) -> normjax.ModelConfig:
+    """The model of `arch` (`num_layers` deep, default config.num_layers); `placement` is a model spec
+    (`normjax.specs`: "pre", "pre+qk_norm")."""
     return normjax.ModelConfig(
         arch=arch,
         vocab_size=config.vocab_size,
         d_model=config.d_model,
         num_heads=config.num_heads,
         d_ff=config.d_ff,
-        num_layers=config.num_layers,
+        num_layers=num_layers or config.num_layers,
         max_len=max(config.seq_len, 8),
         **specs.parse(placement).fields,
     )
 
 
-def measure(config, arch: str, placement: str, seed: int) -> dict:
-    model = normjax.Transformer(model_config(config, arch, placement), rngs=nnx.Rngs(seed))
+def measure(config, arch: str, placement: str, seed: int, num_layers=None, num_batches=None) -> dict:
+    model = normjax.Transformer(model_config(config, arch, placement, num_layers), rngs=nnx.Rngs(seed))
     task = CopyTask(arch, config.batch_size, config.seq_len, config.vocab_size)
-    return ffn_grad_norms(model, task, config.num_batches, seed=1000 + seed)
+    return ffn_grad_norms(model, task, num_batches or config.num_batches, seed=1000 + seed)
 
 
 def layer_profile(values_SL) -> dict:
@@ -86,6 +90,7 @@ def compute(config, study) -> dict:
     jobs = [(a, p) for a in config.archs for p in config.placements if p not in skip.get(a, {})]
     seed_list = seeds(config)
     results = {"runs": {}, "num_batches": config.num_batches, "num_seeds": len(seed_list), "seeds": seed_list}
+    results["d_model"] = config.d_model
     if skip:
         logging.warning("grad_norms_at_init: left out: %s", skip)
         results["skipped"] = skip
@@ -98,7 +103,25 @@ def compute(config, study) -> dict:
             for seed in seed_list
         ]
         results["runs"].setdefault(arch, {})[placement] = _aggregate(runs)
+    if config.get("deep_placements"):
+        results["deep"] = _deep(config, study, seed_list)
     return results
+
+
+def _deep(config, study, seed_list) -> dict:
+    """R5's arm: {"arch", "num_layers", "num_batches", "runs": {placement: aggregate}} of the deep decoder."""
+    L, nb = config.deep_layers, config.deep_num_batches
+    out = {"arch": DEEP_ARCH, "num_layers": L, "num_batches": nb, "runs": {}}
+    for placement in tqdm(config.deep_placements, desc=f"grad_norms_at_init {DEEP_ARCH} L={L}", unit="model"):
+        runs = [
+            study.cached(
+                f"{DEEP_ARCH}{L}-{specs.parse(placement).file_key}-b{nb}-{seed}",
+                lambda s=seed, p=placement: measure(config, DEEP_ARCH, p, s, L, nb),
+            )
+            for seed in seed_list
+        ]
+        out["runs"][placement] = _aggregate(runs)
+    return out
 
 
 def panels(results: dict) -> list[tuple[str, str]]:
@@ -147,4 +170,73 @@ def plot(results: dict, study) -> list[str]:
             fontsize=9,
         )
         paths += plotting.save(fig, study.figure_stem(f"grad_{name.split('/')[1]}"))
-    return paths
+    return paths + plot_fig3(results, study) + plot_deep(results, study)
+
+
+def _curve(ax, m: dict, placement: str, label: str) -> None:
+    """One placement's ||E[grad]|| per layer (1-indexed, as in the papers): seed mean, +- std over seeds."""
+    mean, std = np.array(m["mean"], float), np.array(m["std"], float)
+    l, c = np.arange(1, len(mean) + 1), plotting.color(specs.parse(placement).placement)
+    ax.errorbar(l, mean, yerr=std, marker="o", ms=3, capsize=2, color=c, label=label)
+
+
+def plot_fig3(results: dict, study) -> list[str]:
+    """Xiong et al.'s Fig. 3(a, b): gradient norm of the FFN's W^2 per layer of the 6-6 model, Post-LN vs Pre-LN,
+    one panel per stack on one shared y axis (linear, as the paper's)."""
+    by_p = results["runs"].get("encoder_decoder", {})
+    if not {"post", "pre"} <= set(by_p):
+        return []
+    with plotting.style():
+        fig, axes = plotting.figure(ncols=2, width=3.8, height=3.2)
+        axes[1].sharey(axes[0])
+        for ax, stack in zip(axes, ("decoder", "encoder"), strict=True):
+            for placement, label in (("post", "Post-LN"), ("pre", "Pre-LN")):
+                m = by_p[placement][stack]["ffn/fc2/kernel"]["norm_of_mean"]
+                _curve(ax, m, placement, f"{label} (slope {np.mean(m['slope']):+.2f}/layer in ln)")
+            ax.set(
+                title=f"6-6 model, {stack}" + (" (judged for X6, L3)" if stack == "decoder" else " (L3)"),
+                xlabel="layer index l",
+                ylabel=r"$\|E[\nabla W^{2,l}]\|_F$",
+            )
+            ax.legend(fontsize=7)
+        fig.suptitle(
+            "Mirrors Xiong et al. 2020 (arXiv 2002.04745), Fig. 3(a, b): gradient norm of the FFN's $W^2$ per layer "
+            f"at init\n(here: copy task, d {results.get('d_model', '')}; {results['num_batches']} batches, mean "
+            rf"$\pm$ std over {results['num_seeds']} seeds)",
+            fontsize=8,
+        )
+        fig.tight_layout()
+        return plotting.save(fig, study.figure_stem("xiong_fig3"))
+
+
+def plot_deep(results: dict, study) -> list[str]:
+    """R5's arm: ||E[grad]|| of W^2 per layer of the deep decoder, Pre-LN, Mix-LN (its Post-LN layers shaded)
+    and Post-LN on one log axis."""
+    deep = results.get("deep")
+    if not deep or not deep["runs"]:
+        return []
+    L = deep["num_layers"]
+    with plotting.style():
+        fig, (ax,) = plotting.figure(width=5.6, height=3.6)
+        for placement in deep["runs"]:
+            m = deep["runs"][placement][deep["arch"]]["ffn/fc2/kernel"]["norm_of_mean"]
+            ratio = np.exp(np.mean(np.log(m["max_over_min"])))
+            _curve(ax, m, placement, f"{placement} (max/min {ratio:.2f}, geometric mean over seeds)")
+        if "mixln" in deep["runs"]:
+            num_post = (
+                normjax.ModelConfig(arch="decoder", num_layers=L, placement="mixln")
+                .layer_placements("decoder")
+                .count("post")
+            )
+            ax.axvspan(0.5, num_post + 0.5, color=plotting.color("mixln"), alpha=0.08, label="Mix-LN's Post-LN layers")
+        ax.set(yscale="log", xlabel="layer index l", ylabel=r"$\|E[\nabla W^{2,l}]\|_F$")
+        plotting.plain_log_ticks(ax)
+        ax.legend(fontsize=7)
+        ax.set_title(
+            f"R5 (Li et al. 2024, Mix-LN) at init only: decoder-only LM, {L} layers, {deep['num_batches']} batches, "
+            f"{results['num_seeds']} seeds\n(the paper's per-layer gradient norms are measured during training: "
+            "not here)",
+            fontsize=8,
+        )
+        fig.tight_layout()
+        return plotting.save(fig, study.figure_stem("grad_deep_decoder"))

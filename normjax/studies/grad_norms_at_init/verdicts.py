@@ -9,7 +9,9 @@ from normjax.report.rules import Check, Estimate, Threshold, combine, mean_ci, p
 
 KERNEL = "ffn/fc2/kernel"  # W^2 of Xiong et al.'s FFN; fc1 is reported beside it
 METRIC = "norm_of_mean"  # Xiong et al.'s ||E[grad]||; the mean of per-batch norms is reported too
-FIGURE = "grad_fc2.png"
+FIGURE = "xiong_fig3.png"  # mirrors Xiong et al.'s Fig. 3(a, b): the 6-6 model (X6, L3)
+ALL_FIGURE = "grad_fc2.png"  # every stack measured, both metrics (S1, S3)
+DEEP_FIGURE = "grad_deep_decoder.png"
 
 THRESHOLDS = {
     "TREND": Threshold(
@@ -23,9 +25,8 @@ THRESHOLDS = {
     ),
     "FLATTER": Threshold(
         0.0,
-        "Mix-LN is flatter when ln(max/min over layers) of the best of Post-LN and Pre-LN minus Mix-LN's has its "
-        "whole 95% interval over seeds above 0 (an ordering: any margin the seeds resolve counts); the per-seed "
-        "ln(max/min) spreads by 0.05 to 0.3 (std over 3 seeds, quick preset)",
+        "Mix-LN is flatter than a placement when that placement's ln(max/min over layers) minus Mix-LN's (paired "
+        "by seed) has its whole 95% interval over seeds above 0 (an ordering: any margin the seeds resolve counts)",
         source="theory",
     ),
 }
@@ -91,39 +92,65 @@ def _trend_words() -> str:
 
 
 def fig3_profile(results: dict) -> dict:
-    prediction = "6-6 Transformer at init: Post-LN FFN gradient grows with layer index, Pre-LN flat"
-    checks, parts, keys, notes = [], [], [], []
-    for stack in ("encoder", "decoder"):
-        post, pre = (_profile(results, "encoder_decoder", p, stack) for p in ("post", "pre"))
-        if post is None or pre is None:
-            return _missing("X6", prediction, "encoder_decoder post and pre")
-        checks += [grows(post), flat(pre)]
-        notes.append(power_note(f"Pre-LN {stack} slope", slope(pre), -_trend(), _trend()))
-        other = {p: _profile(results, "encoder_decoder", p, stack, metric="mean_of_norms") for p in ("post", "pre")}
-        parts.append(
-            f"{stack}: post {_describe(post)}, pre {_describe(pre)} (mean of per-batch norms: post slope "
-            f"{slope(other['post']).mean:+.3f}, pre {slope(other['pre']).mean:+.3f})"
-        )
-        keys.append(f"{stack[:3]} post {slope(post).text('+.2f')}, pre {slope(pre).text('+.2f')}")
-    measured = f"||E[grad]|| of {KERNEL} over {results['num_batches']} batches; " + "; ".join(parts)
-    reason = (
-        f"rule: {_trend_words()}; four checks (post grows, pre flat, in the encoder and the decoder): all -> holds, "
-        "none -> does not hold, else partly holds (a straddling interval is inconclusive)" + "".join(notes)
+    """X6, judged on the 6-6 model's decoder: Post-LN grows with the layer index, Pre-LN flat.
+
+    Xiong et al. (arXiv 2002.04745) Sec. 3.3 / Fig. 3(a, b): the Frobenius norm of the expected gradient (over
+    mini-batches) of each FFN weight at init of the 6-6 Post-LN / Pre-LN Transformer on IWSLT14 De-En, x axis the
+    layer index. Which stack: the paper's Theorem 1 (and Fig. 3(c, d)) is about W^{2,L}, the FFN "near the output
+    layer" (abstract), i.e. the last decoder layer of the 6-6 model; Fig. 3(a, b) extends it layer by layer toward
+    the input. We judge X6 on the decoder and report the encoder beside it, unjudged, because Liu et al. 2020
+    (arXiv 2004.08249, Sec. 3, Fig. 3: relative gradient norms of sublayer outputs of 6L-6L / 18L-18L models on
+    WMT14 En-De) find Post-LN's gradient vanishing in the decoder only, not in the encoder: judging X6 on both
+    stacks would make X6 and L3 contradict each other on the same number. Not verified here: this machine has no
+    network and the search corpus holds only the paper's abstract and first page, so the figure's own axis and
+    caption (whether its x axis runs over decoder layers only, or over all 12) could not be read; the choice rests
+    on the abstract's "near the output layer" and on Liu et al.
+
+    Ours differs: a Zipf copy task, not IWSLT14; d 128 (the paper 512); `num_batches` batches (the paper 100).
+    """
+    prediction = "6-6 Transformer at init: decoder FFN gradient grows with the layer index for Post-LN, Pre-LN flat"
+    post, pre = (_profile(results, "encoder_decoder", p, "decoder") for p in ("post", "pre"))
+    if post is None or pre is None:
+        return _missing("X6", prediction, "encoder_decoder post and pre")
+    checks = [grows(post), flat(pre)]
+    note = power_note("Pre-LN decoder slope", slope(pre), -_trend(), _trend())
+    enc = {p: _profile(results, "encoder_decoder", p, "encoder") for p in ("post", "pre")}
+    other = {p: _profile(results, "encoder_decoder", p, "decoder", metric="mean_of_norms") for p in ("post", "pre")}
+    measured = (
+        f"||E[grad]|| of {KERNEL} over {results['num_batches']} batches, decoder: post {_describe(post)}, pre "
+        f"{_describe(pre)} (mean of per-batch norms: post slope {slope(other['post']).mean:+.3f}, pre "
+        f"{slope(other['pre']).mean:+.3f}); encoder (not judged): post slope {slope(enc['post']).text('+.3f')}, pre "
+        f"{slope(enc['pre']).text('+.3f')}"
     )
-    key = "slope/layer: " + "; ".join(keys)
+    reason = (
+        f"rule: {_trend_words()}; judged on the decoder of the 6-6 model (the stack next to the output, where "
+        "Xiong et al.'s W^{2,L} sits and where Liu et al. find Post-LN's vanishing; the encoder is reported): post "
+        "grows and pre flat -> holds, both contradicted -> does not hold, one of each -> partly holds, a straddling "
+        "interval -> inconclusive" + note
+    )
+    key = f"dec slope/layer: post {slope(post).text('+.2f')}, pre {slope(pre).text('+.2f')}"
     return verdict_row("X6", prediction, measured, combine(checks), reason, FIGURE, key=key, checks=checks)
 
 
 def decoder_not_encoder(results: dict) -> dict:
-    prediction = "At init, Post-LN's gradient vanishing (toward shallow layers) is in the decoder"
+    """L3: in the 6-6 Post-LN model the decoder's FFN gradient grows with the layer index, the encoder's does not.
+
+    Liu et al. 2020 (arXiv 2004.08249), Sec. 3 and Fig. 3: at init, gradient vanishing (toward the input) shows in
+    the Post-LN decoder only, the encoder has none. Their quantity is the gradient norm of each sublayer's output
+    relative to the network's largest; ours is ||E[grad]|| of the FFN's W^2, whose input is an LN output of fixed
+    scale in Post-LN, so it tracks the gradient at that FFN's output. The decoder half is the same check as X6's
+    Post-LN half (one number, one direction in both rules), so an outcome exists where X6 and L3 both hold.
+    """
+    prediction = "At init, Post-LN's gradient vanishing (toward shallow layers) is in the decoder, not the encoder"
     dec, enc = (_profile(results, "encoder_decoder", "post", s) for s in ("decoder", "encoder"))
     if dec is None or enc is None:
         return _missing("L3", prediction, "encoder_decoder post")
     alone = _profile(results, "encoder", "post", "encoder")
     TREND, dec_grows = _trend(), grows(dec)
-    verdict = "does not hold" if dec_grows is Check.CONTRADICTED else combine([dec_grows, slope(enc).below(TREND)])
+    checks = [dec_grows, slope(enc).below(TREND)]
+    verdict = "does not hold" if dec_grows is Check.CONTRADICTED else combine(checks)
     measured = f"Post-LN {KERNEL} ||E[grad]||: decoder {_describe(dec)}; encoder {_describe(enc)}" + (
-        "" if alone is None else f"; encoder-only model {_describe(alone)}"
+        "" if alone is None else f"; encoder-only model (not judged) {_describe(alone)}"
     )
     reason = (
         f"rule: the decoder's slope interval lies above +{TREND}/layer (grows) and the encoder's (same 6-6 model) "
@@ -132,43 +159,61 @@ def decoder_not_encoder(results: dict) -> dict:
         f"+{TREND} is inconclusive (95% intervals over {_seeds(results)})"
     )
     key = f"dec slope {slope(dec).text('+.2f')}, enc {slope(enc).text('+.2f')}"
-    return verdict_row("L3", prediction, measured, verdict, reason, FIGURE, key=key)
+    return verdict_row("L3", prediction, measured, verdict, reason, FIGURE, key=key, checks=checks)
 
 
-def _log_range_margin(results, arch, stack) -> Estimate | None:
-    """Per seed: min(ln max/min of Post-LN, of Pre-LN) - ln max/min of Mix-LN; its mean and interval."""
-    profiles = {p: _profile(results, arch, p, stack) for p in ("post", "pre", "mixln")}
-    if None in profiles.values():
-        return None
-    log_r = {p: np.log(np.asarray(f["max_over_min"], float)) for p, f in profiles.items()}
-    return mean_ci(np.minimum(log_r["post"], log_r["pre"]) - log_r["mixln"])
+def _deep_profile(results, placement) -> dict | None:
+    deep = results.get("deep") or {}
+    agg = deep.get("runs", {}).get(placement)
+    return None if agg is None else agg[deep["arch"]][KERNEL][METRIC]
+
+
+def log_range_margin(base: dict, mixln: dict) -> Estimate:
+    """Per seed ln(max/min over layers) of `base` minus Mix-LN's (paired by seed: the same batches); the mean and
+    95% interval of those differences (a log-scale interval of the ratio of the two max/min ratios)."""
+    log_r = {k: np.log(np.asarray(f["max_over_min"], float)) for k, f in (("base", base), ("mixln", mixln))}
+    return mean_ci(log_r["base"] - log_r["mixln"])
 
 
 def mixln_flatter(results: dict) -> dict:
-    prediction = "Mix-LN's per-layer gradient profile is flatter than Post-LN's and Pre-LN's"
+    """R5, at init only: Mix-LN's per-layer FFN gradient profile is flatter than Pre-LN's, then than Post-LN's.
+
+    Li et al. 2024 (arXiv 2412.13795), Mix-LN: Post-LN in the first floor(L/4) layers, Pre-LN after, in
+    LLaMA-like decoder-only LMs (71M-7B); their Figs. compare per-layer gradient norms during pre-training, mainly
+    against Pre-LN. Their code (pixeli99/MixLN, peft_pretraining/modeling_llama.py lines 325-333 and 565-601,
+    norm_type 'post_pre', POST_NUM layers Post-LN; README line 66 POST_NUM=3 of 12 layers) has no gradient-norm
+    tool (torchrun_main.py only clips). Ours: a decoder-only copy-task LM of `deep_layers` layers (>= 24, so >= 6
+    Post-LN layers) at init, LayerNorm not RMSNorm, no training: the training half is not measured here (it
+    would need the deep_training study). Flatness = ln(max/min) over layers of ||E[grad]|| of W^2 per seed.
+    """
+    prediction = "Mix-LN's per-layer gradient profile is flatter than Pre-LN's (and Post-LN's), decoder-only LM"
     flatter = THRESHOLDS["FLATTER"].value
-    flags, parts, keys = [], [], []
-    for arch, stack in _stacks(results, "mixln"):
-        margin = _log_range_margin(results, arch, stack)
-        if margin is None:
+    mix = _deep_profile(results, "mixln")
+    bases = {p: _deep_profile(results, p) for p in ("pre", "post")}
+    if mix is None or bases["pre"] is None:
+        return _missing("R5", prediction, "the deep decoder's mixln beside pre")
+    deep = results["deep"]
+    checks, parts, keys = [], [], []
+    for p, base in bases.items():
+        if base is None:
             continue
-        flags.append(margin.above(flatter))
-        r = {p: mean_ci(_profile(results, arch, p, stack)["max_over_min"]).mean for p in ("mixln", "post", "pre")}
-        parts.append(
-            f"{arch} {stack}: max/min mixln {r['mixln']:.2f}, post {r['post']:.2f}, pre {r['pre']:.2f}; "
-            f"ln-range margin {margin.text('+.2f')}"
-        )
-        keys.append(f"{_cell(arch, stack)} {margin.text('+.2f')}")
-    if not flags:
-        return _missing("R5", prediction, "mixln beside post and pre")
+        margin = log_range_margin(base, mix)
+        checks.append(margin.above(flatter))
+        parts.append(f"vs {p}: ln-range margin {margin.text('+.2f')}, {p} {_describe(base)}")
+        keys.append(f"vs {p} {margin.text('+.2f')}")
+    measured = (
+        f"decoder-only, {deep['num_layers']} layers, at init, ||E[grad]|| of {KERNEL} over {deep['num_batches']} "
+        f"batches: mixln {_describe(mix)}; " + "; ".join(parts)
+    )
     reason = (
-        f"rule: per seed, margin = min(ln max/min of Post-LN, of Pre-LN) - ln max/min of Mix-LN over the layers of "
-        f"||E[grad]|| of {KERNEL}; Mix-LN is flatter in a stack when the margin's 95% interval over seeds lies above "
-        f"{flatter:g}; in every stack -> holds, in some -> partly holds, in none -> does not hold (Mix-LN is post "
-        "for floor(L/4) layers: 1 of 6)"
+        f"rule: per seed, margin = ln max/min over layers of the other placement minus Mix-LN's; Mix-LN is flatter "
+        f"when the margin's 95% interval over seeds lies above {flatter:g}, not flatter when it lies at or below; "
+        "against Pre-LN (the paper's main baseline) and Post-LN: both -> holds, one -> partly holds, neither -> does "
+        "not hold, a straddling interval -> inconclusive. At init only: Li et al. measure the profile during "
+        "pre-training, which this study does not (that half needs the deep_training study)"
     )
     return verdict_row(
-        "R5", prediction, "; ".join(parts), combine(flags), reason, FIGURE, key="margin " + "; ".join(keys)
+        "R5", prediction, measured, combine(checks), reason, DEEP_FIGURE, key="; ".join(keys), checks=checks
     )
 
 
@@ -186,7 +231,7 @@ def post_vanishing(results: dict) -> dict:
     )
     key = "; ".join(f"{_cell(a, s)} {slope(f).text('+.2f')}" for (a, s), f in zip(cells, profiles, strict=True))
     return verdict_row(
-        "S1", prediction, measured, combine(grows(f) for f in profiles), reason, FIGURE, key="slope " + key
+        "S1", prediction, measured, combine(grows(f) for f in profiles), reason, ALL_FIGURE, key="slope " + key
     )
 
 
@@ -213,7 +258,7 @@ def pre_highway(results: dict) -> dict:
         f"Pre-LN {KERNEL} ||E[grad]||: " + "; ".join(parts),
         combine(no_decay_toward_input(f) for f in profiles),
         reason,
-        FIGURE,
+        ALL_FIGURE,
         key="slope " + key,
     )
 
