@@ -237,3 +237,36 @@ def test_curves_group_seeds_and_the_answer_table_reads_them():
     table = "\n".join(answer_table(results))
     assert "| 2 | post | 0.001 | 20 | 0.001, 0.01 |" in table and "| 2 | pre | 0.001, 0.01 | 0 |" in table
     assert warmup_ablation.failure_pair(results)[0]["lr"] == 1e-2  # Post-LN fails there and trains with warmup
+
+
+def _translation(cells, stall=5.0):
+    """{(placement, warmup): [final nll per seed]} -> translation-arm rows (their own stall level) beside one
+    LM run at another unigram level, which the arm's rule and the LM analyses must not mix."""
+    runs = []
+    for (placement, warmup), finals in cells.items():
+        for seed, nll in enumerate(finals):
+            row = _run(placement, 1e-3, warmup, seed, nll, group="translation", outcome=None if nll else "diverged")
+            row["outcome"] = "diverged" if nll is None else "stalled" if nll >= stall else "ok"
+            runs.append(row | {"stall_nll": stall, "final_test_bleu": 0.0 if row["outcome"] != "ok" else 12.0})
+    lm = _run("post", 1e-3, 0, 0, 2.5)
+    return {"runs": runs + [lm], "unigram_nll": H, "stall_nll": STALL, "model": dict(TINY), "data_task": "bytes_lm"}
+
+
+@pytest.mark.parametrize(
+    "post0, post_w, pre0, verdict",
+    [
+        ([6.0, 6.1, None], [3.0, 3.1, 3.2], [3.0, 3.2, 3.1], "holds"),
+        ([6.0, 6.1, 6.2], [6.0, 6.1, 6.2], [3.0, 3.2, 3.1], "partly holds"),
+        ([6.0, 6.1, 6.2], [6.0, 6.1, 6.2], [6.0, 6.1, 6.2], "inconclusive at this scale"),  # nothing trains
+        ([3.0, 3.1, 3.2], [3.0, 3.1, 3.2], [3.0, 3.1, 3.2], "does not hold"),  # Post-LN trains without warmup
+    ],
+)
+def test_x7_on_the_translation_arm_uses_its_own_stall_level(post0, post_w, pre0, verdict):
+    from normjax.studies.warmup_ablation.verdicts import translation_verdict
+
+    results = _translation({("post", 0): post0, ("post", 200): post_w, ("pre", 0): pre0, ("pre", 200): pre0})
+    rows = warmup_ablation.translation_runs(results)
+    assert len(rows) == 12 and len(warmup_ablation.lm_runs(results)) == 1  # the LM analyses leave the arm out
+    row = translation_verdict(results, rows)
+    assert row["verdict"] == verdict
+    assert "stall level 5.0" in row["reason"]  # the arm's level (its BPE tokens), not the byte LM's 3.6

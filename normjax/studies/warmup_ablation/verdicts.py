@@ -6,7 +6,7 @@ import jax.numpy as jnp
 
 from normjax import train
 from normjax.report import verdict_row
-from normjax.report.claims import CONSTRUCTION
+from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE
 from normjax.report.rules import MIN_SEEDS, Threshold, mean_ci
 from normjax.studies.warmup_ablation.measure import (
     FAILED,
@@ -366,7 +366,7 @@ def translation_verdict(results: dict, rows: list[dict]) -> dict:
     elif post0 == "fails" and "trains" in (post_w, pre0):
         verdict = "partly holds"
     else:  # Post-LN mixed, or nothing trains (too few steps to tell instability from under-training)
-        verdict = "inconclusive"
+        verdict = INCONCLUSIVE
     first = rows[0]
     pairs = (first.get("data") or {}).get("pairs", {}).get("train", "?")
     d_model = (results.get("translation") or {}).get("d_model") or results["model"].get("d_model")
