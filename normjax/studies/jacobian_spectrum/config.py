@@ -11,8 +11,8 @@ from normjax.studies.presets import INIT_TIME_SPECS, preset
 from normjax.train.config_schema import Spec
 
 # The :paper list: not hybrid_star (its q/k/v norms sit inside the sublayer map the study differentiates),
-# resi_dual, shc and mhc (more than one residual stream: the matrix-free products take one), b2t (its FFN
-# sublayer reads the block input).
+# resi_dual, shc and mhc (more than one residual stream: measured exactly, but the matrix-free products that
+# n = 8192 needs take one), b2t (its FFN sublayer reads the block input).
 PAPER_SPECS = tuple(s for s in INIT_TIME_SPECS if s not in ("hybrid_star", "resi_dual", "shc", "mhc", "b2t"))
 
 
@@ -63,12 +63,14 @@ SCHEMA = s.MODEL | dict(
 
 
 def _refuse(spec, values: dict) -> str | None:
-    """ResiDual beyond the exact size: the matrix-free products take one residual stream."""
+    """A multi-stream placement beyond the exact size: the matrix-free products take one residual stream."""
     matrix_free = values["seq_len"] * values["d_model"] > values["exact_max_n"]
-    if normjax.registry.get(spec.placement).dual_stream and matrix_free:
+    kind = normjax.registry.get(spec.placement).stream_kind
+    if kind != "one" and matrix_free:
+        streams = "two residual streams (x, d)" if kind == "dual" else "n hyper-connection residual streams"
         return (
-            f"{spec.placement} carries two residual streams, which jacobian_spectrum measures exactly (seq_len * "
-            "d_model <= exact_max_n) but not with its matrix-free methods (see docs/placements.md)"
+            f"{spec.placement} carries {streams}, which jacobian_spectrum measures exactly (seq_len * d_model <= "
+            "exact_max_n) but not with its matrix-free methods, which take one stream (see docs/placements.md)"
         )
     return None
 

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.flatten_util import ravel_pytree
 from tqdm import tqdm
 
 import normjax
@@ -45,6 +46,7 @@ def spectrum_stats(s_N, floor: float) -> dict:
     return {
         "max": float(s_N[0]),
         "min": float(s_N[-1]),
+        "q10": float(np.quantile(s_N, 0.1)),  # 10th percentile of all n (structural zeros included)
         "rms": float(np.sqrt(np.mean(s_N**2))),
         "log_std": float(log_s.std()),
         "log_mean": float(log_s.mean()),
@@ -57,16 +59,51 @@ def _inputs(config, seed: int):
     return (jax.random.randint(jax.random.key(1000 + seed), (1, config.seq_len), 0, config.vocab_size),)
 
 
-def measure_exact(model, tokens_BT, floor: float) -> dict:
+def _targets(config, seed: int) -> jax.Array:
+    """(1, T) uniform random targets of the study's sequence: the labels of every loss the study takes."""
+    return jax.random.randint(jax.random.key(7 + seed), (1, config.seq_len), 0, config.vocab_size)
+
+
+def _cross_entropy(logits, targets) -> jax.Array:
+    logp = jax.nn.log_softmax(logits)
+    return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+
+
+def loss_gradient(model, last, targets_T) -> np.ndarray:
+    """g = d Loss / d x_L, raveled like the state (stream by stream): Loss the mean cross-entropy of the model's
+    logits from x_L (the stack's output map, its final norm included, then the head) against `targets_T`."""
+    st = model.stacks[STACK]
+    g = jax.grad(lambda state: _cross_entropy(model.logits(st.output(state)), targets_T))(last)
+    return np.asarray(ravel_pytree(g)[0])
+
+
+def gradient_reach(pullbacks, g_N) -> list[float]:
+    """||d Loss / d x_l|| / ||d Loss / d x_L|| for every l: g pulled back block by block (c_l = J_l^T c_{l+1},
+    `pullbacks[l]` maps c_{l+1} to c_l), i.e. ||(d x_L / d x_l)^T g|| / ||g||, how much of the loss gradient
+    reaches block l's input."""
+    c, norms = g_N, []
+    for pull in reversed(pullbacks):
+        c = pull(c)
+        norms.append(float(np.linalg.norm(c)))
+    return [v / float(np.linalg.norm(g_N)) for v in norms[::-1]]
+
+
+def _state_text(model) -> str:
+    st = model.stacks[STACK]
+    return "pair (x, d)" if st.dual else f"{st.hyper_streams} streams" if st.hyper_streams else "x"
+
+
+def measure_exact(model, tokens_BT, floor: float, targets_BT) -> dict:
     """Exact per-block Jacobians J_l and every product d x_L / d x_l = J_{L-1} ... J_l (float64).
 
-    A ResiDual stack's state is the pair (x_l, d_l) (`normjax.DualStream`): its J_l are 2n x 2n, the products
-    d (x_L, d_L) / d (x_l, d_l), and the input-output Jacobian is d (x_L, d_L) / d x_0 = P_0 [I; I] (2n x n:
-    both streams start at x_0), compared with [I; I] for the identity check.
+    A multi-stream stack's state is its streams (ResiDual's pair (x_l, d_l), `normjax.DualStream`; the n streams
+    of hyper-connections, `normjax.HyperStreams`), raveled stream by stream: its J_l are kn x kn (k streams), the
+    products d state_L / d state_l, and the input-output Jacobian is d state_L / d x_0 = P_0 [I; ...; I] (kn x n:
+    every stream starts at x_0, `Stack.initial_state`), compared with [I; ...; I] for the identity check.
+    "grad_reach" (per l) is `gradient_reach` of the loss gradient at x_L (`loss_gradient`, targets `targets_BT`).
     """
     x0 = normjax.embed(model, *tokens_BT, STACK)[0]
-    dual = model.stacks[STACK].dual
-    states, J_LNN = [normjax.DualStream(x0, x0) if dual else x0], []
+    states, J_LNN = [model.stacks[STACK].initial_state(x0)], []
     for l in range(normjax.num_blocks(model, STACK)):  # x_{l+1} = block_l(x_l) comes with J_l
         f = normjax.block_fn(model, l, STACK)  # every block shares one compiled program
         J_LNN.append(np.asarray(jacobian.jacobian(f, states[-1])))
@@ -76,25 +113,29 @@ def measure_exact(model, tokens_BT, floor: float) -> dict:
         P_NN = P_NN @ J
         svs.append(np.linalg.svd(P_NN, compute_uv=False))
     e2e = [spectrum_stats(s, floor) for s in svs[::-1]]
-    identity = np.eye(x0.size)
-    identity = np.vstack([identity, identity]) if dual else identity
-    io_NM = P_NN @ identity if dual else P_NN
-    io_sv = np.linalg.svd(io_NM, compute_uv=False) if dual else svs[-1]
-    last = jnp.stack([states[-1].x, states[-1].d]) if dual else states[-1]
+    num_streams = len(jax.tree.leaves(states[0]))
+    identity = np.vstack([np.eye(x0.size)] * num_streams)
+    multi = num_streams > 1
+    io_NM = P_NN @ identity if multi else P_NN
+    io_sv = np.linalg.svd(io_NM, compute_uv=False) if multi else svs[-1]
+    last = jnp.stack(jax.tree.leaves(states[-1]))
+    g_N = loss_gradient(model, states[-1], targets_BT[0])
     return {
         "block_norm": [np.linalg.norm(J, 2) for J in J_LNN],
-        "e2e": {k: [r[k] for r in e2e] for k in e2e[0]},
+        "e2e": {k: [r[k] for r in e2e] for k in e2e[0]}
+        | {"grad_reach": gradient_reach([lambda c, J=J: J.T @ c for J in J_LNN], g_N)},
         "io_sv": io_sv,
-        "io": spectrum_stats(io_sv, floor) if dual else e2e[0],
+        "io": spectrum_stats(io_sv, floor) if multi else e2e[0],
         "max_abs_J_minus_I": float(np.max(np.abs(io_NM - identity))),
         "max_abs_xL_minus_x0": float(jnp.max(jnp.abs(last - x0))),
         "exact": True,
-        "state": "pair (x, d)" if dual else "x",
+        "state": _state_text(model),
     }
 
 
-def measure_matrix_free(model, tokens_BT, top_k: int) -> dict:
-    """Large n: Lanczos spectral norms, Hutchinson ||J||_F and the top-k io singular values."""
+def measure_matrix_free(model, tokens_BT, top_k: int, targets_BT) -> dict:
+    """Large n: Lanczos spectral norms, Hutchinson ||J||_F, the top-k io singular values, and the loss gradient's
+    reach pulled back by one VJP per block."""
     blocks = model_jacobians.block_jacobian_norms(model, *tokens_BT, method="lanczos")[STACK]
     e2e = model_jacobians.end_to_end_jacobians(model, *tokens_BT, method="lanczos", top_k=top_k)[STACK]
     n = tokens_BT[0].size * model.cfg.d_model
@@ -110,32 +151,42 @@ def measure_matrix_free(model, tokens_BT, top_k: int) -> dict:
         "max_dev_from_1": float(np.max(np.abs(top - 1))),
     }
     rms = np.sqrt(np.asarray(e2e["frobenius_sq"]) / n)
+    x = normjax.embed(model, *tokens_BT, STACK)[0]
+    pullbacks = []
+    for l in range(normjax.num_blocks(model, STACK)):
+        y, vjp = jax.vjp(normjax.block_fn(model, l, STACK), x)
+        pullbacks.append(lambda c, vjp=vjp, x=x: np.asarray(vjp(jnp.asarray(c).reshape(x.shape))[0]).ravel())
+        x = y
     return {
         "block_norm": blocks["block"],
         "io_sv": top,
         "io": io,
         "exact": False,
-        "e2e": {"max": e2e["spectral"], "min": [None] * len(rms), "rms": rms},
+        "e2e": {
+            "max": e2e["spectral"],
+            "min": [None] * len(rms),
+            "q10": [None] * len(rms),
+            "rms": rms,
+            "grad_reach": gradient_reach(pullbacks, loss_gradient(model, x, targets_BT[0])),
+        },
     }
 
 
 def measure(config, placement: str, num_layers: int, seed: int) -> dict:
     model = normjax.Transformer(model_config(config, placement, num_layers), rngs=nnx.Rngs(seed))
-    tokens = _inputs(config, seed)
+    tokens, targets = _inputs(config, seed), _targets(config, seed)
     if config.seq_len * config.d_model <= config.exact_max_n:
-        return measure_exact(model, tokens, config.resolution)
-    return measure_matrix_free(model, tokens, config.top_k)
+        return measure_exact(model, tokens, config.resolution, targets)
+    return measure_matrix_free(model, tokens, config.top_k, targets)
 
 
 def rezero_gradients(config, seed: int) -> dict:
     """R1's second half: at step 0 only ReZero's alpha gets a gradient among the block weights."""
     model = normjax.Transformer(model_config(config, "rezero", min(config.depths)), rngs=nnx.Rngs(seed))
-    tokens = _inputs(config, seed)[0]
-    targets = jax.random.randint(jax.random.key(7 + seed), tokens.shape, 0, config.vocab_size)
+    tokens, targets = _inputs(config, seed)[0], _targets(config, seed)
 
     def loss_fn(m, batch):
-        logp = jax.nn.log_softmax(m(batch[0]))
-        return -jnp.mean(jnp.take_along_axis(logp, batch[1][..., None], axis=-1))
+        return _cross_entropy(m(batch[0]), batch[1])
 
     grads = param_probes.grad_norms(model, loss_fn, [(tokens, targets)])
     norms = {name: np.asarray(v["norm_of_mean"]) for name, v in grads["stacks"][STACK].items()}
@@ -156,7 +207,7 @@ def _aggregate(runs: list[dict]) -> dict:
 
     out = {
         "block_norm": stat([r["block_norm"] for r in runs]),
-        "e2e": {k: stat([r["e2e"][k] for r in runs]) for k in ("max", "min", "rms")},
+        "e2e": {k: stat([r["e2e"][k] for r in runs]) for k in ("max", "min", "q10", "rms", "grad_reach")},
         "io": {k: stat([r["io"][k] for r in runs]) for k in runs[0]["io"]},
         "io_sv": [r["io_sv"] for r in runs],
         "exact": runs[0]["exact"],
@@ -184,7 +235,7 @@ def compute(config, study) -> dict:
         for placement, L in tqdm(jobs, desc="jacobian_spectrum", unit="model"):
             runs = [
                 study.cached(
-                    f"{specs.parse(placement).file_key}-L{L}-{seed}",
+                    f"{specs.parse(placement).file_key}-L{L}-{seed}-reach",  # -reach: pieces with grad_reach
                     lambda s=seed, p=placement, L=L: measure(config, p, L, s),
                 )
                 for seed in seed_list
