@@ -99,12 +99,13 @@ def fig3_profile(results: dict) -> dict:
     layer index. Which stack: the paper's Theorem 1 (and Fig. 3(c, d)) is about W^{2,L}, the FFN "near the output
     layer" (abstract), i.e. the last decoder layer of the 6-6 model; Fig. 3(a, b) extends it layer by layer toward
     the input. We judge X6 on the decoder and report the encoder beside it, unjudged, because Liu et al. 2020
-    (arXiv 2004.08249, Sec. 3, Fig. 3: relative gradient norms of sublayer outputs of 6L-6L / 18L-18L models on
-    WMT14 En-De) find Post-LN's gradient vanishing in the decoder only, not in the encoder: judging X6 on both
-    stacks would make X6 and L3 contradict each other on the same number. Not verified here: this machine has no
-    network and the search corpus holds only the paper's abstract and first page, so the figure's own axis and
-    caption (whether its x axis runs over decoder layers only, or over all 12) could not be read; the choice rests
-    on the abstract's "near the output layer" and on Liu et al.
+    (arXiv 2004.08249, Sec. 3, Fig. 3: relative gradient norms of sublayer outputs of 18-layer models on WMT14
+    En-De) find Post-LN's gradient vanishing in the decoder only, not in the encoder: judging X6 on both stacks
+    would make X6 and L3 contradict each other on the same number. Not verified here (issue 23 asks to): this
+    machine has no network and the search corpus holds only the two papers' abstracts and first pages, so neither
+    figure's axes and caption could be read (whether Xiong's x axis runs over decoder layers only, or over all 12);
+    the choice rests on Xiong's abstract ("the expected gradients of the parameters near the output layer are
+    large") and on Liu et al.'s Sec. 3 as issue 23 quotes it. Recheck against the PDFs when a network is there.
 
     Ours differs: a Zipf copy task, not IWSLT14; d 128 (the paper 512); `num_batches` batches (the paper 100).
     """
