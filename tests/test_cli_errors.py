@@ -120,7 +120,7 @@ CASES = [
     ("grad_norms_at_init", ["--config.placements=hybrid+qk_norm"], ["config.placements[0]='hybrid+qk_norm'"]),
     ("ln_jacobian", ["--config.placements=pre+qk_norm"], ["config.placements[0]='pre+qk_norm'"]),
     ("amplification", ["--config.kinds=bogus"], ["config.kinds[0]='bogus'"]),
-    ("amplification", ["--config.eps.random=0"], ["config.eps.random=0"]),
+    ("amplification", ["--config.eps.random_sign=0"], ["config.eps.random_sign=0"]),
     ("cost", ["--config.placements=post,pre", "--config.reference=sandwich"], ["config.reference='sandwich'"]),
     ("deep_training", ["--config.runs=pre:bogus"], ["config.runs", "'pre:bogus'"]),
     ("deep_training", ["--config.side_runs=pre:rmsnorm+no_bias"], ["config.side_runs[0]", "no_bias needs"]),

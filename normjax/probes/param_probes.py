@@ -99,18 +99,25 @@ def perturbation(model, *, eps: float, kind: str = "random", key=None, loss_fn=N
 
     kind="random": dW = eps * |W| * N(0, 1), elementwise, so each weight moves by a relative
       amount eps (zero-initialized weights, e.g. biases or ReZero's alpha, stay put).
+    kind="random_sign": dW = eps * s with s = +-1 drawn uniformly per weight (independent of W): the default
+      perturbation of Liu et al. 2020's tool (Transformer-Clinic, fairseq/fairseq/tasks/fairseq_task.py lines
+      244-258: `parameter.data.add_(parameter.data.clone().normal_().sign(), alpha=-0.0001)` when
+      `--plot_stability` is set without `--gradient_as_delta`), applied there to the weights `weight_mask` keeps.
     kind="grad_sign": dW = -eps * sign(dL/dW) for `loss_fn(model, batch)`: Adam's first step with
-      learning rate eps (Liu et al. 2020's amplification setting), every weight moving by eps.
+      learning rate eps, every weight moving by eps in a direction correlated across weights (the same tool's
+      `--gradient_as_delta` option, -1e-6 sign(grad) of the task loss; not its default random-sign one).
     """
     params = nnx.state(model, nnx.Param)
     if kind == "random":
         return _relative_noise(params, jax.random.key(0) if key is None else key, eps)
+    if kind == "random_sign":
+        return _random_sign(params, jax.random.key(0) if key is None else key, eps)
     if kind == "grad_sign":
         if loss_fn is None or batch is None:
             raise ValueError("kind='grad_sign' needs loss_fn and batch.")
         grads, p, rest = grad_fn(model, loss_fn)
         return _sign_step(grads(p, rest, batch), eps)
-    raise ValueError(f"kind must be 'random' or 'grad_sign', got {kind!r}.")
+    raise ValueError(f"kind must be 'random', 'random_sign' or 'grad_sign', got {kind!r}.")
 
 
 _sign_step = jax.jit(lambda grads, eps: jax.tree.map(lambda g: -eps * jnp.sign(g), grads))
@@ -130,6 +137,32 @@ def _relative_noise(params, key, eps):
         for w, c in zip(leaves, chunks, strict=True)
     ]
     return jax.tree.unflatten(treedef, [jnp.asarray(n) for n in noise])
+
+
+def _random_sign(params, key, eps):
+    """eps * (+-1, uniform) for every leaf, from one host-side draw over all the weights (see _relative_noise)."""
+    leaves, treedef = jax.tree.flatten(params)
+    sizes = [leaf.size for leaf in leaves]
+    z = np.asarray(krylov.random_vectors(key, (sum(sizes),), np.float64, kind="rademacher"))
+    chunks = np.split(z, np.cumsum(sizes)[:-1])
+    steps = [jnp.asarray((eps * c).reshape(w.shape), w.dtype) for w, c in zip(leaves, chunks, strict=True)]
+    return jax.tree.unflatten(treedef, steps)
+
+
+def is_liu_weight(path) -> bool:
+    """Whether Liu et al.'s tool perturbs this parameter: not a bias, not inside a norm, not Admin's omega.
+
+    Their rule (Transformer-Clinic, fairseq/fairseq/tasks/fairseq_task.py lines 248 and 255) skips names with
+    'bias', 'layer_norm' or 'ratio' (Admin's omega); embeddings and every kernel are perturbed. Here a path key
+    containing "norm" (norm, final_norm, inner_norm, qkv_norm, ...) marks a norm's gain or bias.
+    """
+    keys = [str(k.key) for k in path if hasattr(k, "key")]  # the module and parameter names (not `.value`)
+    return keys[-1] != "bias" and "omega" not in keys and not any("norm" in k for k in keys)
+
+
+def weight_mask(params):
+    """1 on the weights `is_liu_weight` keeps (Liu et al.'s perturbed set), 0 elsewhere; shaped like params."""
+    return jax.tree_util.tree_map_with_path(lambda path, w: jnp.asarray(float(is_liu_weight(path)), w.dtype), params)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "target"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import platform
 
 import jax
 import jax.numpy as jnp
@@ -15,16 +16,21 @@ from normjax import plotting
 from normjax.jacobian import fits
 from normjax.probes import param_probes
 from normjax.studies.seeds import seeds
+from normjax.train import data_text
 
-STACK = "encoder"
+STACK = "decoder"  # a causal byte LM: the task loss is next-byte cross-entropy on real text
 PROFILED = "admin_profiled"  # Admin with omega from normjax.profile_admin instead of the closed form
-JUDGED_KIND = "grad_sign"  # L1 is judged on Adam's first step (sign of the gradient); "random" is reported only
+# Fixed before any run: L1 is judged on Liu et al.'s tool's default perturbation (a random sign on every
+# non-bias, non-norm weight), its change of the model output (the logits); every other arm is reported only.
+JUDGED = ("weights", "random_sign", "logits")  # (scope, kind, target)
+TARGETS = ("logits", "stream")  # stream: the stack's last residual stream before any final norm (their x_final)
+FIGURE = "amplification.png"
 
 
 def model_config(config, placement: str, num_layers: int) -> normjax.ModelConfig:
-    """A scanned encoder (compile time independent of depth); admin_profiled builds as admin."""
+    """A scanned decoder-only LM (one compiled program per depth); admin_profiled builds as admin."""
     return normjax.ModelConfig(
-        arch="encoder",
+        arch=STACK,
         vocab_size=config.vocab_size,
         d_model=config.d_model,
         num_heads=config.num_heads,
@@ -37,16 +43,33 @@ def model_config(config, placement: str, num_layers: int) -> normjax.ModelConfig
 
 
 def loss_fn(model, batch):
-    """Cross-entropy of the logits against random targets: the loss whose gradient sign is the update."""
+    """The task loss: next-byte cross-entropy of the LM on a real batch (the gradient the grad_sign arm follows)."""
     tokens_BT, targets_BT = batch
     logp_BTV = jax.nn.log_softmax(model(tokens_BT))
     return -jnp.mean(jnp.take_along_axis(logp_BTV, targets_BT[..., None], axis=-1))
 
 
+@functools.lru_cache(maxsize=2)
+def corpus(max_bytes: int) -> np.ndarray:
+    """Byte ids of the stdlib sources' training split (data_text.load_byte_corpus), read once per process."""
+    return data_text.load_byte_corpus(max_bytes=max_bytes)["train"]
+
+
+def data_record(config) -> dict:
+    """What names the data: the sha256 of the bytes read, with the Python and JAX versions."""
+    return data_text.byte_corpus_record(max_bytes=config.max_bytes) | {
+        "task": "bytes_lm (stdlib sources, training split)",
+        "jax_version": jax.__version__,
+        "python": platform.python_version(),
+    }
+
+
 def batch(config, seed: int):
-    k1, k2 = jax.random.split(jax.random.key(1000 + seed))
-    shape = (config.batch_size, config.seq_len)
-    return (jax.random.randint(k1, shape, 0, config.vocab_size), jax.random.randint(k2, shape, 0, config.vocab_size))
+    """(tokens, next tokens): batch_size windows of the corpus at offsets drawn from `seed`."""
+    ids = corpus(int(config.max_bytes))
+    starts = np.random.default_rng(seed).integers(0, ids.size - config.seq_len - 1, config.batch_size)
+    windows = np.stack([ids[s : s + config.seq_len + 1] for s in starts])
+    return jnp.asarray(windows[:, :-1]), jnp.asarray(windows[:, 1:])
 
 
 def build(config, placement: str, num_layers: int, seed: int):
@@ -58,8 +81,11 @@ def build(config, placement: str, num_layers: int, seed: int):
 
 
 def scope_mask(params, scope: str):
-    """1 on the weights an update may move, 0 elsewhere: "branch" is Liu et al.'s W_i of each sublayer f_i
-    (attention and FFN weights), "all" every parameter (LN gains, Admin's omega, embeddings too), "none" none."""
+    """1 on the weights an update may move, 0 elsewhere: "weights" is Liu et al.'s tool's set (every weight but
+    biases, norm gains and Admin's omega: embeddings included; param_probes.weight_mask), "branch" the sublayer
+    weights W_i of each f_i only, "all" every parameter, "none" none."""
+    if scope == "weights":
+        return param_probes.weight_mask(params)
 
     def keep(path):
         return scope == "all" or (scope == "branch" and any(getattr(k, "key", None) == "branch" for k in path))
@@ -68,28 +94,31 @@ def scope_mask(params, scope: str):
 
 
 @functools.partial(jax.jit, static_argnames="graphdef")
-def logits(graphdef, params, rest, dW, mask, tokens_BT):
-    """F(x, W + mask * dW): the logits after the masked update, one compiled program per model layout."""
+def outputs(graphdef, params, rest, dW, mask, tokens_BT):
+    """{logits, stream} of F(x, W + mask * dW), one compiled program per model layout."""
     moved = jax.tree.map(lambda w, d, m: w + m * d, params, dW, mask)
-    return nnx.merge(graphdef, moved, rest)(tokens_BT)
+    logits, probes = normjax.probe(nnx.merge(graphdef, moved, rest), tokens_BT)
+    return {"logits": logits, "stream": probes[STACK].streams[-1]}
 
 
 def output_changes(model, data, kinds, eps: dict, scopes, key) -> dict:
-    """{scope: {kind: {rms, relative, max}}} of dF = F(x, W + dW) - F(x, W) on the logits."""
+    """{scope: {kind: {target: {rms, norm, relative}}}} of dF = F(x, W + dW) - F(x, W)."""
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     masks = {scope: scope_mask(params, scope) for scope in ("none",) + tuple(scopes)}
     out = {}
     for kind in kinds:
-        # dW = eps |W| N(0, 1) ("random") or -eps sign(grad) ("grad_sign": Adam's first step)
+        # random_sign: eps * (+-1) (Liu et al.'s default); grad_sign: -eps sign(grad of the task loss)
         dW = param_probes.perturbation(model, eps=eps[kind], kind=kind, key=key, loss_fn=loss_fn, batch=data)
-        y0 = logits(graphdef, params, rest, dW, masks["none"], data[0])
+        y0 = outputs(graphdef, params, rest, dW, masks["none"], data[0])
         for scope in scopes:
-            dy = logits(graphdef, params, rest, dW, masks[scope], data[0]) - y0
-            out.setdefault(scope, {})[kind] = {
-                "rms": float(jnp.sqrt(jnp.mean(dy**2))),
-                "relative": float(jnp.linalg.norm(dy) / jnp.linalg.norm(y0)),
-                "max": float(jnp.max(jnp.abs(dy))),
-            }
+            y1 = outputs(graphdef, params, rest, dW, masks[scope], data[0])
+            for target in TARGETS:
+                dy = np.asarray(y1[target], np.float64) - np.asarray(y0[target], np.float64)
+                out.setdefault(scope, {}).setdefault(kind, {})[target] = {
+                    "rms": float(np.sqrt(np.mean(dy**2))),
+                    "norm": float(np.linalg.norm(dy)),  # what their tool logs: ||x_final - x_final*||
+                    "relative": float(np.linalg.norm(dy) / np.linalg.norm(np.asarray(y0[target], np.float64))),
+                }
     return out
 
 
@@ -113,15 +142,14 @@ def _aggregate(config, runs_by_N: dict) -> dict:
     out = {"N": N}
     for scope in config.scopes:
         for kind in config.kinds:
-            var_SN = np.array([[r[scope][kind]["rms"] ** 2 for r in runs_by_N[n]] for n in Ns]).T
-            rel_SN = np.array([[r[scope][kind]["relative"] for r in runs_by_N[n]] for n in Ns]).T
-            out.setdefault(scope, {})[kind] = {
-                "var": var_SN,  # (seeds, N)
-                "var_mean": var_SN.mean(0),
-                "var_std": var_SN.std(0),
-                "relative_mean": rel_SN.mean(0),
-                "exponent": seed_exponents(N, var_SN),  # one per seed
-            }
+            for target in TARGETS:
+                var_SN = np.array([[r[scope][kind][target]["rms"] ** 2 for r in runs_by_N[n]] for n in Ns]).T
+                out.setdefault(scope, {}).setdefault(kind, {})[target] = {
+                    "var": var_SN,  # (seeds, N)
+                    "var_mean": var_SN.mean(0),
+                    "var_std": var_SN.std(0),
+                    "exponent": seed_exponents(N, var_SN),  # one per seed
+                }
     if "omega_profiled" in runs_by_N[Ns[0]][0]:
         last_SN = np.array([[r["omega_profiled"][-1] for r in runs_by_N[n]] for n in Ns]).T
         out["omega_last"] = {"values": last_SN, "mean": last_SN.mean(0), "std": last_SN.std(0)}
@@ -138,28 +166,17 @@ def compute(config, study) -> dict:
             study.cached(f"{placement}-L{L}-{seed}", lambda s=seed, p=placement, L=L: measure(config, p, L, s))
             for seed in seeds(config)
         ]
-    results = {
+    return {
         "kinds": list(config.kinds),
         "scopes": list(config.scopes),
+        "targets": list(TARGETS),
+        "judged": list(JUDGED),
         "eps": dict(config.eps),
         "seeds": seeds(config),
         "num_seeds": config.num_seeds,
+        "data": data_record(config),
         "runs": {p: _aggregate(config, by_N) for p, by_N in raw.items()},
     }
-    return results
-
-
-def _theory(ax, results: dict, scope: str, kind: str) -> None:
-    """Liu et al.'s laws, anchored at the smallest N: Var ~ N (Post-LN) and Var ~ ln N (Pre-LN, Admin)."""
-    for placement, law, label, style in (
-        ("post", lambda N: N, r"$\propto N$, p = 1 (Post-LN theory)", "--"),
-        ("pre", np.log, r"$\propto \ln N$ (Pre-LN, Admin theory)", ":"),
-    ):
-        if placement in results["runs"]:
-            agg = results["runs"][placement]
-            N = np.array(agg["N"], np.float64)
-            y = agg[scope][kind]["var_mean"][0] * law(N) / law(N[0])
-            ax.plot(N, y, **(plotting.THEORY_STYLE | {"linestyle": style}), label=label)
 
 
 def _mean_sem(values) -> str:
@@ -169,35 +186,40 @@ def _mean_sem(values) -> str:
 
 
 def plot(results: dict, study) -> list[str]:
-    kinds, scopes = results["kinds"], results["scopes"]
-    fig, axes = plotting.figure(ncols=len(kinds) * len(scopes), width=4.8)
-    panels = [(scope, kind) for kind in kinds for scope in scopes]
-    for ax, (scope, kind) in zip(axes, panels, strict=True):
+    """Mirrors Liu et al. 2020's output-change figure (|F(x, W) - F(x, W*)| vs depth per placement, a random
+    perturbation and a gradient update; its figure number is not checked here), as Var[dF] vs residual
+    sublayers N on a log N axis."""
+    scope, _, target = results.get("judged", JUDGED)
+    kinds = [k for k in ("random_sign", "grad_sign") if k in results["kinds"]]
+    fig, axes = plotting.figure(ncols=len(kinds), width=4.8)
+    for ax, kind in zip(axes, kinds, strict=True):
         for placement, agg in results["runs"].items():
-            N, a = np.array(agg["N"]), agg[scope][kind]
-            sem = np.array(a["var_std"]) / np.sqrt(results["num_seeds"])
+            N, a = np.array(agg["N"]), agg[scope][kind][target]
             ax.errorbar(
                 N,
                 a["var_mean"],
-                yerr=sem,
+                yerr=np.array(a["var_std"]) / np.sqrt(results["num_seeds"]),
                 fmt="s--" if placement == PROFILED else "o-",
                 ms=4,
                 capsize=2,
                 color=plotting.color("admin" if placement == PROFILED else placement),
                 label=f"{placement}: Var ~ N^p, p = {_mean_sem(a['exponent'])}",
             )
-        _theory(ax, results, scope, kind)
+        what = "random sign (L1 rule)" if (scope, kind, target) == tuple(results.get("judged", JUDGED)) else kind
         ax.set(
-            title=f"{kind} update (eps {results['eps'][kind]:g}) of {scope} weights"
-            + (" (L1 rule)" if (kind, scope) == (JUDGED_KIND, scopes[0]) else " (reported only)"),
-            xlabel="residual sublayers N",
-            ylabel=r"Var$[F(x, W + \delta W) - F(x, W)]$",
+            title=f"{what}, eps {results['eps'][kind]:g}, {scope} ({target})",
+            xlabel="residual sublayers N (log)",
+            ylabel=r"Var$[F(x, W^*) - F(x, W)]$",
             xscale="log",
-            yscale="log",
         )
         ax.set_xticks(N, [str(int(n)) for n in N])
         ax.minorticks_off()
         ax.legend(fontsize=6, title="mean +- s.e. over seeds", title_fontsize=6)
+    fig.suptitle(
+        "mirrors Liu et al. 2020 (arXiv 2004.08249), output-change figure: |F(x, W) - F(x, W*)| vs depth under a "
+        "random perturbation and a gradient update",
+        fontsize=8,
+    )
     paths = plotting.save(fig, study.figure_stem("amplification"))
     return paths + _plot_omega(results, study)
 
@@ -222,9 +244,15 @@ def _plot_omega(results: dict, study) -> list[str]:
         grid,
         [normjax.admin_omega(int(n)) for n in grid],
         **plotting.THEORY_STYLE,
-        label=r"closed form $\sqrt{(N+1)/\ln(N+1) - 1}$",
+        label=r"admin-torch default $\sqrt{(N+1)/\ln(N+1) - 1}$",
     )
-    axes[0].set(title="Admin omega vs depth (L2)", xlabel="residual sublayers N", ylabel=r"$\omega$", xscale="log")
+    axes[0].set(
+        title="Admin omega vs depth (L2)",
+        xlabel="residual sublayers N",
+        ylabel=r"$\omega$",
+        xscale="log",
+        yscale="log",
+    )
     axes[0].set_xticks(N, [str(int(n)) for n in N])
     axes[0].minorticks_off()
     deepest = np.array(agg["omega_profiled_deepest"])
@@ -237,7 +265,7 @@ def _plot_omega(results: dict, study) -> list[str]:
         label=f"profiled (seed {results['seeds'][0]})",
     )
     omega = normjax.admin_omega(int(N.max()))
-    label = rf"closed form $\sqrt{{(N+1)/\ln(N+1) - 1}}$ = {omega:.2f}"
+    label = rf"admin-torch default $\sqrt{{(N+1)/\ln(N+1) - 1}}$ = {omega:.2f}"
     axes[1].axhline(omega, **plotting.THEORY_STYLE, label=label)
     axes[1].set(title=f"profiled omega_i, N = {int(N.max())}", xlabel="sublayer i", ylabel=r"$\omega_i$")
     for ax in axes:
