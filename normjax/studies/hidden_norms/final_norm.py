@@ -73,7 +73,7 @@ def plot(results: dict, study) -> list[str]:
     """Logit rms (log axes) and init loss against depth, with and without the final norm, mean and seed range."""
     fn = results["final_norm"]
     depths = np.array(fn["depths"])
-    fig, axes = plotting.figure(ncols=2, width=4.2)
+    fig, axes = plotting.figure(ncols=2, width=3.6)
     for arm, marker in (("with", "o"), ("without", "s")):
         for ax, key in zip(axes, ("logit_rms", "loss"), strict=True):
             values = np.array(fn[arm][key], float)
@@ -86,6 +86,6 @@ def plot(results: dict, study) -> list[str]:
     for ax in axes:
         ax.set(xlabel="depth L (log)")
         plotting.plain_log_ticks(ax, "x")
-        plotting.legend_outside(ax)
+        ax.legend(loc="upper left", fontsize=7)
     plotting.plain_log_ticks(axes[0], "y")
     return plotting.save(fig, study.figure_stem("final_norm"))
