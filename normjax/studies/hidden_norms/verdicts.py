@@ -215,7 +215,7 @@ def final_norm_half(results: dict) -> list[dict]:
     checks = {
         "without: logit rms exponent above 0": exponent["without"].above(float(THRESHOLDS["LOGIT_EXPONENT"])),
         f"without: loss - ln V at L={depths[-1]} above {margin:g}": excess.above(margin),
-        f"with: logit rms ratio L={depths[-1]}/L={depths[0]} within 1 +- {band:g}": ratio.within(
+        f"with: logit rms ratio L={depths[-1]}/L={depths[0]} within [1/{1 + band:g}, {1 + band:g}]": ratio.within(
             1 / (1 + band), 1 + band
         ),
         f"with: loss change L={depths[0]} -> {depths[-1]} within +-{margin:g}": change.within(-margin, margin),
@@ -229,9 +229,10 @@ def final_norm_half(results: dict) -> list[dict]:
     )
     reason = (
         "rule: per seed; without a final norm the logit rms's power-law exponent against L above 0 (grows) and "
-        f"the loss at L={depths[-1]} above ln V + {margin:g}; with it the rms ratio within 1 +- {band:g} (log-scale "
-        f"interval) and the loss change within +-{margin:g}; all -> holds, some -> partly holds, a straddling "
-        f"interval inconclusive: "
+        f"the loss at L={depths[-1]} above ln V + {margin:g}; with it the rms ratio's (log-scale) interval within "
+        f"[1/{1 + band:g}, {1 + band:g}] and the loss change's within +-{margin:g}; all supported -> holds, some "
+        "contradicted -> partly holds (does not hold if none is supported), else a straddling interval -> "
+        "inconclusive: "
         + ", ".join(f"{k}: {c.value}" for k, c in checks.items())
         + power_note("the with-norm rms ratio", ratio, 1 / (1 + band), 1 + band)
     )
