@@ -138,23 +138,28 @@ class RunConfig:
         }
 
 
-# Train fields that are traced values of one compiled step (see steps.HPARAMS): runs differing only
-# in these share shapes. The seed also orders the data, so runs with different seeds see equal batch
-# shapes at every step only when there is a single bucket.
-TRACED = (
-    "lr",
-    "warmup_steps",
-    "warmup_init_lr",
-    "end_lr",
-    "decay_start",
-    "noam_d_model",
-    "weight_decay",
-    "clip_norm",
-    "label_smoothing",
-    "divergence_loss",
-    "divergence_patience",
-    "seed",
-)
+# The traced hyperparameters of one compiled train step (steps.HPARAMS, the keys of TrainState.hparams), each
+# with the TrainConfig field it is read from (job.train_hparams): changing them never recompiles a step.
+HPARAM_FIELDS = {
+    "lr": "lr",
+    "warmup_steps": "warmup_steps",
+    "warmup_init_lr": "warmup_init_lr",
+    "total_steps": "num_steps",
+    "end_lr": "end_lr",
+    "d_model": "noam_d_model",  # 0 = model.d_model
+    "weight_decay": "weight_decay",
+    "clip_norm": "clip_norm",
+    "label_smoothing": "label_smoothing",
+    "divergence_loss": "divergence_loss",  # 0 = 1.5 ln(vocab size)
+    "divergence_patience": "divergence_patience",
+    "decay_start": "decay_start",
+}
+
+# Train fields that are traced values of one compiled step: runs differing only in these share shapes. They are
+# the fields of HPARAM_FIELDS but num_steps (the loop's length) and the seed (the state's rng key). The seed also
+# orders the data, so runs with different seeds see equal batch shapes at every step only when there is a single
+# bucket: it stays last (shape_key drops it from TRACED otherwise).
+TRACED = tuple(field for name, field in HPARAM_FIELDS.items() if name != "total_steps") + ("seed",)
 
 
 def shape_key(run: RunConfig) -> str:

@@ -19,6 +19,7 @@ from normjax.train import decode, metric_writers, records, sharding, steps
 from normjax.train.batching import BatchSpec
 from normjax.train.checkpoint import REJECTED, Checkpointer, fingerprint
 from normjax.train.config_io import ConfigError, RunConfig, TrainConfig, divergence_loss, model_config
+from normjax.train.config_schema import HPARAM_FIELDS
 from normjax.train.optimizers import OptimizerSpec
 from normjax.train.outcomes import OUTCOMES, classify, stall_level
 from normjax.train.tasks import Task, load_task, unigram_nll
@@ -41,23 +42,17 @@ def compiled() -> types.SimpleNamespace:
     )
 
 
+def train_hparams(train: TrainConfig, d_model: int, vocab_size: int) -> dict:
+    """The traced hyperparameters (steps.HPARAMS) of `train` for a model of width `d_model` and vocabulary size
+    `vocab_size`: each the value of its TrainConfig field (config_schema.HPARAM_FIELDS); noam_d_model 0 reads
+    `d_model`, divergence_loss 0 reads 1.5 ln(vocab_size)."""
+    values = {name: getattr(train, field) for name, field in HPARAM_FIELDS.items()}
+    return values | {"d_model": train.noam_d_model or d_model, "divergence_loss": divergence_loss(train, vocab_size)}
+
+
 def hparams(run: RunConfig, cfg: normjax.ModelConfig) -> dict:
-    """The traced hyperparameters of a run (see steps.HPARAMS)."""
-    t = run.train
-    return dict(
-        lr=t.lr,
-        warmup_steps=t.warmup_steps,
-        warmup_init_lr=t.warmup_init_lr,
-        total_steps=t.num_steps,
-        end_lr=t.end_lr,
-        d_model=t.noam_d_model or cfg.d_model,
-        weight_decay=t.weight_decay,
-        clip_norm=t.clip_norm,
-        label_smoothing=t.label_smoothing,
-        divergence_loss=divergence_loss(t, cfg.vocab_size),
-        divergence_patience=t.divergence_patience,
-        decay_start=t.decay_start,
-    )
+    """The traced hyperparameters of a run (train_hparams of its train config and resolved model)."""
+    return train_hparams(run.train, cfg.d_model, cfg.vocab_size)
 
 
 def step_spec(run: RunConfig, model: nnx.Module, kind: str) -> steps.StepSpec:

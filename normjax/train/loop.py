@@ -87,11 +87,32 @@ def _stack(trees):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
+def run_steps(state, step_fn, start: int, stop: int, on_step=None, name: str = "run"):
+    """The training loop: `state, out = step_fn(state, t)` for t = start .. stop - 1, then `on_step(t + 1, state,
+    out)` (the updates done, the new state, step_fn's output), which ends the loop by returning True.
+
+    Every training loop steps here (run_group's jobs, the studies' probed runs): a set STOP ends it before the
+    next update with KeyboardInterrupt (a run resumes from its checkpoint).
+
+    Returns:
+      (the last state, the updates done).
+    """
+    step = start
+    while step < stop:
+        if STOP.is_set():
+            raise KeyboardInterrupt(f"{name} stopped at step {step}")
+        state, out = step_fn(state, step)
+        step += 1
+        if on_step is not None and on_step(step, state, out):
+            break
+    return state, step
+
+
 def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: bool = False) -> list[dict]:
     """The loop over resumed jobs. Every job shares the train config's step count and intervals (run_group checks)."""
     t, fns, mesh = jobs[0].run.train, compiled(), jobs[0].mesh
-    step = jobs[0].start
-    if step == 0:
+    start = jobs[0].start
+    if start == 0:
         for job in jobs:
             job.record(0, [])
     state = sharding.replicate(_stack([j.state for j in jobs]), mesh) if vmapped else jobs[0].state
@@ -99,23 +120,22 @@ def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: b
     active, pending, summaries = list(range(len(jobs))), [], [None] * len(jobs)
     bar = tqdm(
         total=t.num_steps,
-        initial=step,
+        initial=start,
         desc=desc,
         position=position,
         leave=False,
         disable=not progress,
         dynamic_ncols=True,
     )
-    while step < t.num_steps and active:
-        if STOP.is_set():
-            raise KeyboardInterrupt(f"{desc or 'run'} stopped at step {step}")  # resumes from its checkpoint
+
+    def step_fn(state, step):
         if vmapped:
             batch = {k: jnp.stack(v) for k, v in _stack([j.host_batch(step) for j in jobs]).items()}
-            state, metrics = fns.vtrain(jobs[0].spec, state, sharding.shard_batch(batch, mesh, 1))
-        else:
-            batch = jobs[0].device_batch(jobs[0].host_batch(step))
-            state, metrics = fns.train(jobs[0].spec, state, batch)
-        step += 1
+            return fns.vtrain(jobs[0].spec, state, sharding.shard_batch(batch, mesh, 1))
+        return fns.train(jobs[0].spec, state, jobs[0].device_batch(jobs[0].host_batch(step)))
+
+    def on_step(step, state, metrics):
+        """Divergence checks, records, evals and checkpoints after update `step`; True once no job is left."""
         pending.append(metrics)
         bar.update()
         ckpt_due = step % t.checkpoint_every == 0 and step < t.num_steps
@@ -132,13 +152,17 @@ def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: b
             for i in active:
                 jobs[i].state = take(state, i)
                 jobs[i].record(step, [take(m, i) for m in pending] if log_due else [])
-            pending = [] if log_due else pending
+            if log_due:
+                pending.clear()
             if active and "train/loss" in jobs[active[0]].last:
                 bar.set_postfix(loss=f"{jobs[active[0]].last['train/loss']:.3f}")
         if ckpt_due:
             for i in active:
                 jobs[i].state = take(state, i)
                 jobs[i].save(step)
+        return not active
+
+    _, step = run_steps(state, step_fn, start, t.num_steps, on_step, name=desc or "run")
     bar.close()
     for i in active:
         summaries[i] = jobs[i].finish(step, -1)

@@ -10,25 +10,11 @@ from flax import nnx, struct
 
 import normjax
 from normjax.train import optimizers
+from normjax.train.config_schema import HPARAM_FIELDS
 from normjax.train.schedules import learning_rate
 
-# Traced hyperparameters: changing them never recompiles a step.
-HPARAMS = (
-    "lr",
-    "warmup_steps",
-    "warmup_init_lr",
-    "total_steps",
-    "end_lr",
-    "d_model",
-    "weight_decay",
-    "clip_norm",
-    "label_smoothing",
-    "divergence_loss",
-    "divergence_patience",
-    "decay_start",
-)
-# Traced hyperparameters that a caller may leave out (the value used then).
-HPARAM_DEFAULTS = {"decay_start": 0.0}
+# Traced hyperparameters: changing them never recompiles a step (their TrainConfig fields: HPARAM_FIELDS).
+HPARAMS = tuple(HPARAM_FIELDS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +49,7 @@ class TrainState:
 
 
 def init_state(spec: StepSpec, model: nnx.Module, seed: int, hparams: dict) -> TrainState:
-    """Splits `model` and builds the initial state; `hparams` must name every entry of HPARAMS."""
-    hparams = HPARAM_DEFAULTS | dict(hparams)
+    """Splits `model` and builds the initial state; `hparams` must name every entry of HPARAMS (job.train_hparams)."""
     missing = set(HPARAMS) - set(hparams)
     if missing:
         raise ValueError(f"missing hyperparameters: {sorted(missing)}")

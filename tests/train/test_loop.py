@@ -5,10 +5,11 @@ import math
 import os
 
 import numpy as np
+import pytest
 
-from normjax.train import records
+from normjax.train import loop, records
 from normjax.train.config_io import parse
-from normjax.train.loop import run_job
+from normjax.train.loop import run_job, run_steps
 
 
 def test_tiny_run_lowers_the_loss_and_logs_diagnostics(tmp_path, tiny):
@@ -68,3 +69,21 @@ def test_byte_level_decoder_lm_trains(tmp_path, tiny):
     assert summary["outcome"] == ("stalled" if summary["final"]["valid/nll"] >= summary["stall_nll"] else "ok")
     assert "valid/bleu" not in summary["final"]
     assert summary["final"]["valid/nll"] < log[0]["valid/nll"] - 1.0
+
+
+def test_run_steps_hands_each_update_to_the_hook_and_stops_when_it_asks():
+    seen = []
+
+    def on_step(done, state, out):
+        seen.append((done, state, out))
+        return done == 4
+
+    assert run_steps(0, lambda state, t: (state + 10, t), 2, 9, on_step) == (20, 4)
+    assert seen == [(3, 10, 2), (4, 20, 3)]  # the updates done, the new state, the step's output for batch t
+    assert run_steps(0, lambda state, t: (state + 1, t), 0, 5) == (5, 5)  # no hook: every update to `stop`
+
+
+def test_run_steps_stops_before_the_next_update_when_asked(monkeypatch):
+    monkeypatch.setattr(loop.STOP, "is_set", lambda: True)
+    with pytest.raises(KeyboardInterrupt, match="probe stopped at step 3"):
+        run_steps(0, lambda state, t: (state + 1, t), 3, 9, name="probe")

@@ -14,6 +14,7 @@ import normjax
 from normjax import host_memory, plotting
 from normjax import train as nt
 from normjax.studies.seeds import seeds
+from normjax.train import job
 
 MEMORY_FIELDS = ("argument", "output", "alias", "temp")
 TIME_TOLERANCE = 0.10  # S6's band for the time ratio (drawn here; its justification is in cost_verdicts)
@@ -47,19 +48,16 @@ def batch(config) -> dict:
 
 def hparams(config) -> dict:
     """Adam at a small constant lr: every update is a real one (no divergence freeze)."""
-    return dict(
+    train = nt.TrainConfig(
         lr=1e-4,
         warmup_steps=0,
-        warmup_init_lr=0.0,
-        total_steps=1,
+        num_steps=1,
         end_lr=1e-4,
-        d_model=config.d_model,
-        weight_decay=0.0,
-        clip_norm=0.0,
         label_smoothing=0.0,
         divergence_loss=1e9,
         divergence_patience=1,
-    )
+    )  # warmup_init_lr, weight_decay, clip_norm, decay_start: 0 (TrainConfig's defaults)
+    return job.train_hparams(train, config.d_model, config.vocab_size)
 
 
 def memory(compiled) -> dict:

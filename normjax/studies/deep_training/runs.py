@@ -15,6 +15,8 @@ import normjax
 from normjax import specs
 from normjax import train as nt
 from normjax.probes.param_probes import model_update
+from normjax.train import job
+from normjax.train.loop import run_steps
 
 BETA_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel", "attn/value/kernel", "attn/out/kernel")  # DeepNorm's beta
 UNSCALED_KERNELS = ("attn/query/kernel", "attn/key/kernel")
@@ -52,19 +54,16 @@ def data(config, seed: int):
 
 def hparams(config, vocab_size: int, lr: float, warmup: int, num_steps: int) -> dict:
     """Linear warmup over `warmup` steps (0: lr from the first update), no clipping, smoothing or weight decay."""
-    return dict(
+    train = nt.TrainConfig(
         lr=lr,
         warmup_steps=warmup,
-        warmup_init_lr=0.0,
-        total_steps=num_steps,
+        num_steps=num_steps,
         end_lr=lr,
-        d_model=config.d_model,
-        weight_decay=0.0,
-        clip_norm=0.0,
         label_smoothing=0.0,
         divergence_loss=config.divergence_factor * math.log(vocab_size),
         divergence_patience=config.divergence_patience,
-    )
+    )  # warmup_init_lr, weight_decay, clip_norm, decay_start: 0 (TrainConfig's defaults)
+    return job.train_hparams(train, config.d_model, vocab_size)
 
 
 def probe_steps(config) -> list[int]:
@@ -143,12 +142,19 @@ def init_record(model, run: str, tokens_BT) -> dict:
 def _train(spec, state, batches, fixed, num_steps: int, when: set, check_every: int):
     """num_steps updates of `state`; F(x, theta_t), LN inputs, layer gradients and stream norms probed at `when`.
 
-    Returns (probes, per-step metrics, final state); stops early once the engine flags divergence.
+    Steps in the shared loop (normjax.train.loop.run_steps) with the probing step `_step`: update t measures the
+    state before it. Returns (probes, per-step metrics, final state); stops early once the engine flags divergence.
     """
     probes, metrics, logits0 = {"step": [], "update": [], "ln_input_rms": [], "layer_grad_norm": []}, [], None
     probes["stream_ms"] = []
-    for t in range(num_steps + 1):  # the update after the last probe (t = num_steps) is discarded
-        state, m, (diag, logits_BTV, stream_ms) = _step(spec, state, batches.batch(t), fixed, t in when)
+
+    def step_fn(state, t):
+        state, m, measured = _step(spec, state, batches.batch(t), fixed, t in when)
+        return state, (m, measured)
+
+    def on_step(done, state, out):
+        nonlocal logits0
+        t, (m, (diag, logits_BTV, stream_ms)) = done - 1, out
         if t in when:
             diag, logits_BTV, stream_ms = jax.device_get((diag, logits_BTV, stream_ms))
             if logits0 is None:
@@ -159,10 +165,12 @@ def _train(spec, state, batches, fixed, num_steps: int, when: set, check_every: 
             probes["layer_grad_norm"].append(np.asarray(diag["grad_norm/decoder"]))
             probes["stream_ms"].append(np.asarray(stream_ms))
         if t == num_steps:
-            break
+            return True
         metrics.append(m)
-        if (t + 1) % check_every == 0 and int(state.diverged_at) >= 0:
-            break
+        return (t + 1) % check_every == 0 and int(state.diverged_at) >= 0
+
+    # the update after the last probe (t = num_steps) is discarded
+    state, _ = run_steps(state, step_fn, 0, num_steps + 1, on_step)
     return probes, jax.device_get(metrics), state
 
 

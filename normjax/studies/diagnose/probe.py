@@ -16,6 +16,7 @@ from normjax.probes.param_probes import model_update
 from normjax.threshold import Threshold
 from normjax.train import job, steps
 from normjax.train.config_io import RunConfig, as_dict
+from normjax.train.loop import run_steps
 from normjax.train.schedules import learning_rate
 
 TASK_OF_ARCH = {"decoder": "bytes_lm", "encoder_decoder": "synthetic"}  # config.data.task "" picks by arch
@@ -109,9 +110,9 @@ def probe(run: RunConfig, num_steps: int) -> dict:
     state = steps.init_state(spec, model, run.train.seed, hp)
     fns, fixed = job.compiled(), task.valid.batch(0)
     out = {"step": [], "lr": [], "loss": [], "update": [], "stacks": {s: {} for s in cfg.stacks}}
-    logits0 = norm0 = first = None
-    diverged = None
-    for t in range(num_steps + 1):
+    at = {"logits0": None, "norm0": None, "first": None, "diverged": None}
+
+    def measure(t, state):
         diag, (logits, path_rms) = jax.device_get(
             (
                 fns.diag(spec.graphdef, task.kind, state.params, state.consts, fixed),
@@ -119,25 +120,30 @@ def probe(run: RunConfig, num_steps: int) -> dict:
             )
         )
         logits = _real(logits, fixed, task.kind)
-        if logits0 is None:
-            logits0, norm0 = logits, model_update(logits, np.zeros_like(logits))
+        if at["logits0"] is None:
+            at["logits0"], at["norm0"] = logits, model_update(logits, np.zeros_like(logits))
         out["step"].append(t)
-        out["update"].append(model_update(logits, logits0) / norm0)
+        out["update"].append(model_update(logits, at["logits0"]) / at["norm0"])
         for stack, rec in out["stacks"].items():
             grads = np.asarray(diag[f"grad_norm/{stack}"], np.float64)
             rec.setdefault("ln_input_rms", []).append(float(diag[f"norm_input_rms/{stack}"]))  # every site
             rec.setdefault("path_ln_input_rms", []).append(float(path_rms[stack]))
             rec.setdefault("grad_bottom", []).append(float(grads[0]))
             rec.setdefault("grad_top", []).append(float(grads[-1]))
-        if t == num_steps or diverged is not None:
-            break
-        state, metrics = fns.train(spec, state, task.train.batch(t))
+
+    def on_step(done, state, metrics):
         out["lr"].append(float(metrics["lr"]))
         out["loss"].append(float(metrics["loss"]))
-        if t == 0:
-            first = time.time() - start  # data, model, the compiles of the probe and the step, and step 0
+        if done == 1:
+            at["first"] = time.time() - start  # data, model, the compiles of the probe and the step, and step 0
         if int(state.diverged_at) >= 0:
-            diverged = int(state.diverged_at)  # the parameters are frozen from here: probe once more and stop
+            at["diverged"] = int(state.diverged_at)  # the parameters are frozen from here: probe once more and stop
+        measure(done, state)
+        return at["diverged"] is not None
+
+    measure(0, state)
+    run_steps(state, lambda state, t: fns.train(spec, state, task.train.batch(t)), 0, num_steps, on_step)
+    diverged, norm0, first = at["diverged"], at["norm0"], at["first"]
     t = run.train
     return out | {
         "num_steps": num_steps,
