@@ -8,7 +8,19 @@ import pytest
 from scipy import stats
 
 from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE, NOT_TESTABLE
-from normjax.report.rules import Check, check, claim_verdict, combine, every, mean_ci, power_note, seeds_needed, some
+from normjax.report.rules import (
+    Check,
+    band_check,
+    check,
+    claim_verdict,
+    combine,
+    every,
+    exponent_ci,
+    mean_ci,
+    power_note,
+    seeds_needed,
+    some,
+)
 from normjax.studies.seeds import seeds
 
 S, C, I = Check.SUPPORTED, Check.CONTRADICTED, Check.INCONCLUSIVE
@@ -79,6 +91,29 @@ def test_a_band_narrower_than_the_interval_is_underpowered():
     width = lambda m: 2 * stats.t.ppf(0.975, m - 1) * s / math.sqrt(m)  # noqa: E731
     assert width(n) < 0.2 <= width(n - 1)
     assert power_note("e", mean_ci([0.5, 0.51, 0.49]), 0.4, 0.6) == ""
+
+
+def test_band_check_makes_an_unmeetable_band_inconclusive():
+    """An interval wider than its band is inconclusive on either side (no outcome at this seed count could pass),
+    with the seeds that would narrow it and, with the mean inside the band, those that would let it fit there."""
+    outside = mean_ci([0.8, 1.0, 0.9])  # [0.65, 1.15]: above [0.4, 0.6], but wider than it
+    assert outside.within(0.4, 0.6) is C and outside.underpowered(0.4, 0.6)
+    found, note = band_check("e", outside, 0.4, 0.6)
+    assert found is I and "underpowered" in note and "at this mean" not in note
+    inside = mean_ci([0.40, 0.72, 0.55, 0.60, 0.50])  # mean 0.554: 0.046 from the band's edge
+    found, note = band_check("e", inside, 0.4, 0.6)
+    room = 0.6 - inside.mean
+    assert found is I and f"about {seeds_needed(inside, inside.mean - room, inside.mean + room)} to fit" in note
+    assert seeds_needed(inside, inside.mean - room, inside.mean + room) > seeds_needed(inside, 0.4, 0.6)
+    assert band_check("e", mean_ci([0.5, 0.51, 0.49]), 0.4, 0.6) == (S, "")  # resolved: within() decides
+    assert band_check("e", mean_ci([0.9, 0.91, 0.89]), 0.4, 0.6) == (C, "")
+
+
+def test_exponent_ci_fits_one_power_law_per_seed():
+    x = np.array([6.0, 12.0, 24.0, 48.0])
+    est = exponent_ci((x, 3.0 * x**e) for e in (-0.5, -0.6, -0.4))
+    ref = mean_ci([-0.5, -0.6, -0.4])
+    assert est.n == 3 and (est.mean, est.lo, est.hi) == pytest.approx((ref.mean, ref.lo, ref.hi), abs=1e-12)
 
 
 def test_mean_ci_is_the_student_t_interval():

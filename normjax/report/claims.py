@@ -29,12 +29,13 @@ class Claim:
 
 
 REGISTRY = (
-    Claim("S1", "Post-LN: LN input grows with depth, dLN/dz shrinks, gradients vanish toward shallow layers",
+    Claim("S1", "Post-LN at init: LN input grows with depth, dLN/dz shrinks, gradients vanish toward shallow layers",
           FOLKLORE, "In Post-LN the input z = x + F(x) of every LayerNorm grows with depth, so ||dLN/dz|| = 1/sigma "
-          "shrinks and gradients decay exponentially toward the first layers."),
-    Claim("S2", "LN divides by sigma_l ~ sqrt(l): gradient ~ 1/depth near the output, explodes near the input",
+          "shrinks and gradients decay exponentially toward the first layers (measured here at init; in training "
+          "see D3)."),
+    Claim("S2", "At init, LN divides by sigma_l ~ sqrt(l): gradient ~ 1/depth near the output, explodes near the input",
           FOLKLORE + ", attributed to Xiong et al", "Because LN divides by sigma_l ~ sqrt(l), the last layer's "
-          "gradient scales like 1/L while the first layer's grows with L."),
+          "gradient scales like 1/L while the first layer's grows with L (premise and gradients measured at init)."),
     Claim("S3", "Pre-LN identity path: dx_L/dx_l = I + sum dF/dx, gradients reach layer 1 undamped", FOLKLORE,
           "The Pre-LN residual path makes dx_L/dx_l = I + sum_k dF_k/dx_l, so no gradient direction is damped on its "
           "way to the first layer."),
@@ -57,12 +58,14 @@ REGISTRY = (
     Claim("X3", "Lemma 2: Post-LN E||LN input||^2 = 3d/2; Pre-LN (1 + l/2)d <= E||x_l||^2 <= (1 + 3l/2)d", XIONG,
           "In the theory setting the Post-LN FFN LayerNorm input has E||z||^2 = 3d/2 in every layer, and Pre-LN's "
           "stream satisfies (1 + l/2)d <= E||x_l||^2 <= (1 + 3l/2)d."),
-    Claim("X4", "LN Jacobian (1/sigma) diag(gamma)(I - 11^T/d - zz^T/d), spectral norm max|gamma|/sigma", XIONG,
-          "The LayerNorm Jacobian is (1/sigma) diag(gamma)(I - 11^T/d - zhat zhat^T/d) and its spectral norm is "
-          "max|gamma|/sigma."),
+    Claim("X4", "Lemma 3: ||J_LN(x)||_2 = O(sqrt(d)/||x||); ours: J's closed form, ||J||_2 <= max|gamma|/sigma", XIONG,
+          "Lemma 3 bounds the LayerNorm Jacobian's spectral norm by O(sqrt(d)/||x||) (a rate). The exact form is "
+          "ours: J = (1/sigma) diag(gamma)(I - 11^T/d - zhat zhat^T/d), so ||J||_2 <= max|gamma|/sigma, with "
+          "equality at gamma = 1 (then 1/sigma = sqrt(d)/||x - mean(x)|| at eps = 0: Lemma 3's rate with constant 1)."),
     Claim("X5", "Theorem 1: last FFN gradient O(d sqrt(ln d)) for Post-LN, O(d sqrt(ln d / L)) for Pre-LN", XIONG,
-          "The last layer's FFN gradient is independent of depth L for Post-LN and scales like L^(-1/2) for Pre-LN "
-          "(upper bounds read as scaling laws: log-log slopes 0 and -1/2)."),
+          "At init the last layer's FFN weight gradient is bounded above by O(d sqrt(ln d)) for Post-LN (no growth "
+          "with depth L) and O(d sqrt(ln d / L)) for Pre-LN (decay at least like L^(-1/2)): upper bounds, read as "
+          "bounds on the log-log slope vs L (at most 0 and at most -1/2)."),
     Claim("X6", "Fig. 3: Post-LN FFN gradient grows with layer index, Pre-LN about flat (||E[grad]||)", XIONG,
           "At init in a 6-6 Transformer the FFN weight gradient ||E[grad]|| of W^2 grows with the layer index for "
           "Post-LN and is about flat for Pre-LN, in the decoder (the stack next to the output; the encoder is "

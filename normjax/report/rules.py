@@ -9,6 +9,7 @@ import math
 import numpy as np
 from scipy import stats
 
+from normjax.jacobian import fits
 from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE, NOT_TESTABLE, verdict_row
 from normjax.threshold import Threshold as Threshold  # re-exported: the rules name it from here
 
@@ -276,3 +277,23 @@ def power_note(label: str, est: Estimate, lo: float, hi: float) -> str:
         f"; underpowered: {label}'s interval ({est.hi - est.lo:.3g} wide) is wider than the band [{lo:g}, {hi:g}] "
         f"at {est.n} seeds (about {n} seeds at this spread)"
     )
+
+
+def band_check(label: str, est: Estimate, lo: float, hi: float) -> tuple[Check, str]:
+    """(check, note) of an equality read as the band [lo, hi], with the power check: `est.within(lo, hi)`, except
+    that an interval wider than the band is inconclusive on whichever side it lies (no outcome at this seed count
+    could support the band, so the rule is underpowered there, not judged; stricter than `power_note`'s default).
+    The note then says so (`power_note`), with the seeds that would narrow the interval below the band and, when
+    the mean lies inside the band, those that would let the interval fit inside it at this mean."""
+    note = power_note(label, est, lo, hi)
+    if not note:
+        return est.within(lo, hi), ""
+    room = min(est.mean - lo, hi - est.mean)
+    n = seeds_needed(est, est.mean - room, est.mean + room) if room > 0 else None
+    return Check.INCONCLUSIVE, note + (f", about {n} to fit inside it at this mean" if n else "")
+
+
+def exponent_ci(points) -> Estimate:
+    """The across-seed `mean_ci` of per-seed power-law exponents: `points` holds one (x, y) pair per seed, each fit
+    y = c x^e by least squares in log-log (`fits.power_law_fit`)."""
+    return mean_ci(fits.power_law_fit(x, y).exponent for x, y in points)

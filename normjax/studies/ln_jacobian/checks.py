@@ -69,7 +69,7 @@ def autodiff_spectral(model, sp, num_tokens: int, gamma_noise: float) -> dict:
 
     Returns:
       {"max_rel_err": spectral norms at the model's gamma, "per_layer": {site: (L,) mean autodiff
-      norm}, "noisy_gamma": {"matrix_rel_err", "ratio_min", "ratio_mean"}, "num_vectors": int,
+      norm}, "noisy_gamma": {"matrix_rel_err", "ratio_min", "ratio_mean", "ratio_max"}, "num_vectors": int,
       "per_head_sites_skipped": [(layer, site)]}.
     """
     cfg = model.cfg
@@ -98,6 +98,7 @@ def autodiff_spectral(model, sp, num_tokens: int, gamma_noise: float) -> dict:
             "matrix_rel_err": _rel_err(J_closed_NDD, J_NDD),
             "ratio_min": float(ratio_N.min()),
             "ratio_mean": float(ratio_N.mean()),
+            "ratio_max": float(ratio_N.max()),
             "gamma_noise": gamma_noise,
         },
         "num_vectors": int(z_ND.shape[0]),

@@ -7,7 +7,17 @@ import numpy as np
 from normjax.jacobian import fits
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.rules import Check, Threshold, claim_verdict, combine, mean_ci, power_note, require_seeds
+from normjax.report.rules import (
+    Check,
+    Threshold,
+    band_check,
+    claim_verdict,
+    combine,
+    every,
+    exponent_ci,
+    mean_ci,
+    require_seeds,
+)
 
 THRESHOLDS = {
     "FLOAT32_TOL": Threshold(
@@ -15,12 +25,6 @@ THRESHOLDS = {
         "relative error of an exactness check in float32: rounding through a d = 128 norm is about 1e-7 (measured "
         "1e-7 to 2e-7); a check, so the worst case over every site and token of the first seed decides",
         source="theory",
-    ),
-    "TIGHT_RATIO": Threshold(
-        0.99,
-        "autodiff ||J||_2 / (max|gamma|/sigma) >= 0.99 for every vector counts as equality (X4 states an equality); "
-        "a worst case, no seed statistics: the ratio is a property of the formula, not noise",
-        source="convention",
     ),
     "GROWTH_EXPONENT": Threshold(
         0.1,
@@ -66,10 +70,17 @@ def _points(agg: dict, roles: tuple[str, ...], seed_index: int, min_branches: in
 def _exponents(agg: dict, roles: tuple[str, ...], min_branches: int = 0):
     """Mean and 95% interval over seeds of the per-seed power-law exponent of sigma vs n + 1."""
     num_seeds = len(next(iter(agg["sites"].values()))["sigma_seeds"])
-    return mean_ci(fits.power_law_fit(*_points(agg, roles, s, min_branches)).exponent for s in range(num_seeds))
+    return exponent_ci(_points(agg, roles, s, min_branches) for s in range(num_seeds))
 
 
 def ln_jacobian_formula(results: dict) -> dict:
+    """X4: Lemma 3 of Xiong et al. 2020 (arXiv 2002.04745; no code released for it) bounds the LayerNorm
+    Jacobian, ||J_LN(x)||_2 = O(sqrt(d)/||x||), a rate, not an equality. Ours is the exact form
+    J = (1/sigma) diag(gamma) P, P = I - 11^T/d - zhat zhat^T/d, so ||J||_2 <= max|gamma|/sigma
+    (= max|gamma| sqrt(d)/||x - mean(x)|| at eps = 0: Lemma 3's rate with constant max|gamma|), with equality at
+    gamma = 1. Judged: the closed-form matrix equals autodiff's (gamma = 1 and a noisy gamma), ||J||_2 equals
+    1/sigma at gamma = 1, and ||J||_2 <= max|gamma|/sigma for the noisy gamma at every vector, each within float32
+    error. How tight the bound is at non-constant gamma (the ratio's min and mean) is reported, not judged."""
     runs = [a for by_p in results["runs"].values() for a in by_p.values() if "spectral_check" in a]
     matrix = max(a["matrix_check"] for a in runs)
     spectral = max(a["spectral_check"]["max_rel_err"] for a in runs)
@@ -77,39 +88,41 @@ def ln_jacobian_formula(results: dict) -> dict:
     noisy_matrix = max(n["matrix_rel_err"] for n in noisy)
     ratio_min = min(n["ratio_min"] for n in noisy)
     ratio_mean = float(np.mean([n["ratio_mean"] for n in noisy]))
+    maxima = [n.get("ratio_max") for n in noisy]  # absent from results measured before it was recorded
+    ratio_max = None if None in maxima else max(maxima)
     count = sum(a["spectral_check"]["num_vectors"] for a in runs)
-    FLOAT32_TOL, TIGHT_RATIO = _t("FLOAT32_TOL"), _t("TIGHT_RATIO")
-    formula_ok = max(matrix, spectral, noisy_matrix) <= FLOAT32_TOL
-    bound_ok = ratio_min <= 1 + FLOAT32_TOL
-    if not (formula_ok and bound_ok):
-        verdict = "does not hold"
-    else:
-        verdict = "holds" if ratio_min >= TIGHT_RATIO else "partly holds"
+    FLOAT32_TOL = _t("FLOAT32_TOL")
+    formula = max(matrix, spectral, noisy_matrix) <= FLOAT32_TOL
+    bound = Check.INCONCLUSIVE if ratio_max is None else ratio_max <= 1 + FLOAT32_TOL
+    max_text = "not recorded (older results: rerun with --force)" if ratio_max is None else f"{ratio_max:.6f}"
     measured = (
         f"closed-form J vs jax.jacfwd of the model's LayerNorm: max rel err {matrix:.1e} "
         f"(model_probes.check_ln_jacobian_autodiff, gamma = 1 at init) and {noisy_matrix:.1e} "
         f"(gamma = 1 + {noisy[0]['gamma_noise']} N(0,1)); 1/sigma vs the autodiff J's top "
         f"singular value: max rel err {spectral:.1e} over {count} vectors; with the noisy "
-        f"gamma ||J||_2 / (max|gamma|/sigma) = {ratio_mean:.4f} on average, min "
-        f"{ratio_min:.4f}"
+        f"gamma ||J||_2 / (max|gamma|/sigma): max {max_text}, mean {ratio_mean:.4f}, min {ratio_min:.4f} "
+        "(tightness, not judged)"
     )
     reason = (
-        f"rule (exactness checks on the first seed's model, worst case over every site and token): matrix and "
-        f"gamma = 1 spectral errors <= {FLOAT32_TOL} (float32), ||J||_2 <= max|gamma|/sigma always; 'holds' if that "
-        f"bound is tight (ratio >= {TIGHT_RATIO}) for non-constant gamma too, 'partly holds' if it is only an upper "
-        "bound there"
+        f"rule (a bound; exactness checks on the first seed's model, worst case over every site and token): "
+        f"matrix errors and the gamma = 1 spectral error <= {FLOAT32_TOL} (float32), and ||J||_2 / "
+        f"(max|gamma|/sigma) <= 1 + {FLOAT32_TOL} at every vector for the noisy gamma: all -> holds, any miss -> "
+        "does not hold. Lemma 3 states the rate O(sqrt(d)/||x||); the exact form max|gamma|/sigma is ours (an "
+        "equality at gamma = 1, an upper bound otherwise)"
     )
     return verdict_row(
         "X4",
-        "J = (1/sigma) diag(gamma)(I - 11^T/d - zhat zhat^T/d); ||J||_2 = max|gamma|/sigma",
+        "Lemma 3: ||J_LN||_2 = O(sqrt(d)/||x||); ours: J = (1/sigma) diag(gamma)(I - 11^T/d - zhat zhat^T/d), "
+        "||J||_2 <= max|gamma|/sigma (= at gamma = 1)",
         measured,
-        verdict,
+        combine([every([formula, bound])]),  # one claim: the form and its bound together
         reason,
         "ln_jac.png",
-        key=f"max rel err {max(matrix, spectral, noisy_matrix):.1e}; noisy-gamma ratio min {ratio_min:.3f}",
+        key=f"max rel err {max(matrix, spectral, noisy_matrix):.1e}; noisy-gamma ratio max {max_text}",
         matrix_rel_err=matrix,
         spectral_rel_err=spectral,
         ratio_min=ratio_min,
+        ratio_max=ratio_max,
     )
 
 
@@ -163,14 +176,14 @@ def _sqrt_verdict(agg: dict) -> tuple[str, str, str]:
     lin = [fits.linear_fit(x - 1, y**2) for x, y in (_points(agg, ("pre",), s) for s in range(num_seeds))]
     slope, r2 = mean_ci(f.slope for f in lin), mean_ci(f.r2 for f in lin)
     intercept = float(np.mean([f.intercept for f in lin]))
-    sqrt_like = exponent.within(0.5 - band, 0.5 + band)
-    if sqrt_like is Check.CONTRADICTED:  # not sqrt(l); partly if sigma^2 is still linear in n
-        verdict = combine([sqrt_like, slope.above(0) & r2.above(THRESHOLDS["LINEAR_R2"].value)])
-    else:  # holds, or inconclusive (never 'partly' from an interval that straddles the band)
+    sqrt_like, note = band_check("e", exponent, 0.5 - band, 0.5 + band)
+    if sqrt_like is Check.CONTRADICTED:  # resolved outside the band: partly if sigma^2 is still linear in n
+        verdict = combine([sqrt_like, slope.above(0) & r2.above(_t("LINEAR_R2"))])
+    else:  # holds, or inconclusive (a straddle or an unmeetable band: never 'partly')
         verdict = combine([sqrt_like])
     text = (
         f"Pre-LN exponent (upper half of the stack) {exponent.text('.3f')}; sigma^2 = {intercept:.2f} + "
-        f"{slope.text('.3f')} n (r^2 {r2.text('.3f')})" + power_note("e", exponent, 0.5 - band, 0.5 + band)
+        f"{slope.text('.3f')} n (r^2 {r2.text('.3f')})" + note
     )
     return verdict, text, f"e {exponent.text('.3f')}"
 
@@ -195,12 +208,15 @@ def sigma_sqrt_depth(results: dict) -> dict:
         )
     band = THRESHOLDS["SQRT_BAND"].value
     reason = (
-        "rule (premise of S2 only; its gradient part is in depth_scaling): per seed, the Pre-LN norm-input "
-        "sigma ~ n^e fit over the upper half of the stack (the offset in sigma^2 = a + b n lowers e at small n); "
-        f"'holds' if e's 95% interval over seeds lies inside [{0.5 - band:g}, {0.5 + band:g}], 'partly holds' if "
-        f"not but sigma^2 is linear in n (b's interval above 0, r^2's above {THRESHOLDS['LINEAR_R2'].value}: "
-        "sqrt(l) only for l >> a/b); an interval that straddles the band is inconclusive; the settings' verdicts "
-        "combine as a claim's rows do (normjax.report.rules.claim_verdict)"
+        "rule (premise of S2 only, at init; its gradient part is in depth_scaling): per seed, the Pre-LN norm-input "
+        "sigma ~ n^e fit over the upper half of the stack; 'holds' if e's 95% interval over seeds lies inside "
+        f"[{0.5 - band:g}, {0.5 + band:g}]; an interval that straddles the band, or one wider than the band (the "
+        "power check: no outcome at this seed count could pass), is inconclusive; an interval resolved outside "
+        f"the band -> 'partly holds' if sigma^2 is still linear in n (b's interval above 0, r^2's above "
+        f"{THRESHOLDS['LINEAR_R2'].value}: sqrt(l) only for l >> a/b), else 'does not hold'. Over a finite stack "
+        "the offset a of sigma^2 = a + b n biases e (a > 0 lowers it, a < 0 raises it); the upper-half fit shrinks "
+        "that bias, the fitted a is reported. The settings' verdicts combine as a claim's rows do "
+        "(normjax.report.rules.claim_verdict)"
     )
     return verdict_row(
         "S2", CLAIM_S2, "; ".join(parts), claim_verdict(verdicts_), reason, "ln_sigma.png", key="; ".join(keys)
