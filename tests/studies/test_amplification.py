@@ -302,3 +302,15 @@ def test_every_preset_validates_with_three_seeds_and_another_seed():
     small_vocab.vocab_size = 100
     with pytest.raises(ConfigError, match="vocab_size"):
         schemas.validate(studies.get("amplification"), small_vocab)
+
+
+def test_results_of_the_earlier_version_are_not_judged_on_l1():
+    old = _synthetic({"post": _seeds(LINEAR), "pre": _seeds(LOG)})
+    for placement in ("post", "pre"):  # the earlier layout: {scope: {kind: arm}} with no target level
+        arm = old["runs"][placement]["weights"]["random_sign"]["logits"]
+        old["runs"][placement] = {"N": N, "branch": {"grad_sign": arm}}
+    old |= {"kinds": ["grad_sign"], "scopes": ["branch"], "eps": {"grad_sign": 1e-5}}
+    del old["judged"], old["targets"]
+    row = _verdict(old)
+    assert row["verdict"] == "not testable at this scale" and "rerun the study" in row["measured"]
+    assert rules.tables(old)[-2].startswith("| grad_sign (1e-05) of branch | logits | pre |")

@@ -185,16 +185,28 @@ def _mean_sem(values) -> str:
     return f"{x.mean():.2f} +- {x.std(ddof=1) / np.sqrt(x.size):.2f}" if x.size > 1 else f"{x.mean():.2f}"
 
 
+def arm_of(agg: dict, scope: str, kind: str, target: str) -> dict | None:
+    """One placement's {var, var_mean, var_std, exponent} of an arm, or None when not measured (results of the
+    study's earlier versions have no target level: those measured the logits)."""
+    a = agg.get(scope, {}).get(kind)
+    if a is None or "var" in a:
+        return a if target == "logits" else None
+    return a.get(target)
+
+
 def plot(results: dict, study) -> list[str]:
     """Mirrors Liu et al. 2020's output-change figure (|F(x, W) - F(x, W*)| vs depth per placement, a random
     perturbation and a gradient update; its figure number is not checked here), as Var[dF] vs residual
     sublayers N on a log N axis."""
     scope, _, target = results.get("judged", JUDGED)
-    kinds = [k for k in ("random_sign", "grad_sign") if k in results["kinds"]]
+    scope = scope if scope in results["scopes"] else results["scopes"][0]
+    kinds = results["kinds"]
     fig, axes = plotting.figure(ncols=len(kinds), width=4.8)
     for ax, kind in zip(axes, kinds, strict=True):
         for placement, agg in results["runs"].items():
-            N, a = np.array(agg["N"]), agg[scope][kind][target]
+            N, a = np.array(agg["N"]), arm_of(agg, scope, kind, target)
+            if a is None:
+                continue
             ax.errorbar(
                 N,
                 a["var_mean"],

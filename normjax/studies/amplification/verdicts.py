@@ -7,7 +7,7 @@ import numpy as np
 from normjax.jacobian import fits
 from normjax.report import verdict_row
 from normjax.report.rules import Check, Threshold, combine, log_ci, mean_ci, too_few_seeds
-from normjax.studies.amplification.measure import FIGURE, JUDGED, PROFILED
+from normjax.studies.amplification.measure import FIGURE, JUDGED, PROFILED, arm_of
 
 # Liu et al.'s Theorem 2 (Var of the output change: O(N) Post-LN, O(log N) Pre-LN; Admin keeps O(log N))
 PREDICTED = {"post": "linear", "pre": "log", "admin": "log", PROFILED: "log"}
@@ -60,9 +60,8 @@ def _law(est) -> str:
     return "linear" if est.above(margin) else "log" if est.below(-margin) else "undecided"
 
 
-def _arm(results: dict, placement: str, arm) -> dict:
-    scope, kind, target = arm
-    return results["runs"][placement][scope][kind][target]
+def _arm(results: dict, placement: str, arm) -> dict | None:
+    return arm_of(results["runs"][placement], *arm)
 
 
 def _summary(results: dict, placement: str, arm) -> tuple:
@@ -83,12 +82,13 @@ def amplification(results: dict) -> dict:
         "(Liu et al.'s tool's default) grows like a + b N with residual sublayers N for Post-LN and like "
         "a + b ln N for Pre-LN and Admin; Post-LN's growth exponent exceeds theirs"
     )
-    checked = [p for p in PREDICTED if p in results["runs"]]
-    if "post" not in checked or len(checked) < 2 or kind not in results["kinds"] or scope not in results["scopes"]:
+    checked = [p for p in PREDICTED if p in results["runs"] and _arm(results, p, arm) is not None]
+    if "post" not in checked or len(checked) < 2:
         return verdict_row(
             "L1",
             prediction,
-            f"not run: the config lacks post and pre/admin, the {kind} update or the {scope} scope",
+            f"not run: the results lack post and pre/admin with the {kind} update of the {scope} weights "
+            f"({target}); results of the study's earlier versions measured other updates: rerun the study",
             "not testable at this scale",
             f"needs placement post, one of pre or admin, kinds including {kind} and scopes including {scope}",
         )
@@ -209,7 +209,7 @@ def findings(results: dict) -> list[dict]:
             for target in results.get("targets", ["logits"]):
                 arm = (scope, kind, target)
                 for placement in results["runs"]:
-                    if arm == judged and placement in PREDICTED:
+                    if (arm == judged and placement in PREDICTED) or _arm(results, placement, arm) is None:
                         continue
                     sel, p, lin, n = _summary(results, placement, arm)
                     out.append(dict(arm=arm, placement=placement, selection=sel, exponent=p, linear=lin, seeds=n))
