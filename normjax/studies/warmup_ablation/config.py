@@ -25,13 +25,16 @@ one shape in one worker share the compiled steps: about 60 CPU-s per 600-step ru
 about twice that; the 2-2 layer d 128 translation model about 0.15 CPU-s per step at batch 32 plus its BLEU
 decoding (about 170 CPU-s per 600-step run). Validation reads 32 batches (16k bytes), not the whole split.
 quick: d 64, 2 layers, 120 steps, 3 lrs: 54 runs, about 6 CPU minutes; no translation arm (X7 not testable).
-standard: 131 runs, about 10,500 CPU-s (90 min on 2 workers), sized by the cells that decide S5 and X7:
+standard: 139 runs, about 11,000 CPU-s (90 min on 2 workers), sized by the cells that decide S5 and X7:
   axes          post/pre x 5 lrs (10^-3.5 .. 10^-1.5) x warmup {0, 8H} x 3 seeds at 6 layers   60 runs
   depth         post/pre x lr {1e-3, 10^-2.5} x warmup {0, 8H} x 3 seeds at 12 layers           24 runs
   short_warmup  post/pre x 5 lrs x warmup 2H, 1 seed (the dose-response, not judged)           10 runs
   placements    sandwich, deepnorm, admin, rezero x 5 lrs, no warmup, 1 seed (curves, not judged) 20 runs
   radam         post x 5 lrs, no warmup, 1 seed                                               5 runs
   translation   post/pre x warmup {0, 4H = 200} x 3 seeds, 2-2 layers, 600 steps (X7)          12 runs
+  edge          post/pre x lr 10^-2.5 x warmup {0, 8H}, seeds 3 and 4: the cell that decides S5 at 5 seeds     8 runs
+                (added after the 3-seed grid showed Post-LN's warmup-160 cell there with every seed ok but its
+                interval straddling the stall level; the rule and its thresholds are unchanged)
   What the 150-minute budget leaves out (for :paper): the 2-layer reference depth, a 2H arm on 3 seeds, 5 lrs
   at 12 layers, and 3 seeds on the placement and optimizer arms.
 paper (accelerators): Xiong et al.'s Fig. 2 grid on IWSLT14 De-En (6-6 layers, d 512), lr {5e-4, 1e-3} x warmup
@@ -44,6 +47,7 @@ from normjax.train.presets import paper_scale
 NUM_SEEDS = 3
 MAIN = ("post", "pre")
 OTHER_PLACEMENTS = ("sandwich", "deepnorm", "admin", "rezero", "lns")
+EDGE, EDGE_SEEDS = "edge", 2  # the cells at the failure edge get 5 seeds in all (issue 24)
 TRANSLATION = "translation"  # the sub-grid of the translation arm (measure.lm_runs leaves it out of the LM analysis)
 
 
@@ -58,13 +62,15 @@ def _seeds(config, num_seeds: int) -> list[int]:
 
 def add_grids(
     config, lrs, warmups, depths, num_seeds=NUM_SEEDS, others=OTHER_PLACEMENTS, depth_lrs=None, arm_lrs=None,
-    arm_seeds=None, short_warmups=(), translation=None,
+    arm_seeds=None, short_warmups=(), translation=None, edge=None,
 ):  # fmt: skip
     """The main grid (config.sweep.axes) and the sub-grids (config.sweep.grids) of a preset. Every arm shares
     decay_start = the longest warmup (the fair control); `depths` are the other depths of the `depth` grid;
     the depth grid runs at `depth_lrs`, the placements and RAdam arms at `arm_lrs` (default: `lrs`) with
     `arm_seeds` seeds (default: num_seeds); `short_warmups` (a `short_warmup` grid, 1 seed) adds warmups to the
-    main grid's lr curves; `translation` (the axes of translation_axes) adds the translation arm."""
+    main grid's lr curves; `translation` (the axes of translation_axes) adds the translation arm; `edge`
+    ({placement: [...], lr: [...], warmup_steps: [...]}) adds EDGE_SEEDS more seeds to the cells at the failure edge
+    (an `edge` grid whose seeds follow the main grid's)."""
     seeds, longest = _seeds(config, num_seeds), max(warmups)
     config.train.update(schedule="warmup_then_inverse_sqrt", decay_start=longest)
     config.sweep.axes = sweep_axes(
@@ -99,8 +105,11 @@ def add_grids(
             "train.seed": arm_seeds,
         },
         TRANSLATION: (translation or {}) | {"train.seed": seeds},
+        EDGE: (edge or {}) | {"train.seed": _seeds(config, num_seeds + EDGE_SEEDS)[num_seeds:]},
     }
-    wanted = {"depth": bool(depths), "short_warmup": bool(short_warmups), TRANSLATION: bool(translation)}
+    wanted = {
+        "depth": bool(depths), "short_warmup": bool(short_warmups), TRANSLATION: bool(translation), EDGE: bool(edge),
+    }  # fmt: skip
     config.sweep.grids = {name: sweep_axes(axes) for name, axes in grids.items() if wanted.get(name, True)}
     return config
 
@@ -169,6 +178,7 @@ def standard_scale(config):
         config, lrs=[10 ** (k / 2) for k in range(-7, -2)], warmups=[0, 8 * h], depths=[12],
         depth_lrs=[1e-3, 10**-2.5], others=("sandwich", "deepnorm", "admin", "rezero"), arm_seeds=1,
         short_warmups=[2 * h], translation=translation,
+        edge={"model.placement": list(MAIN), "train.lr": [10**-2.5], "train.warmup_steps": [0, 8 * h]},
     )  # fmt: skip
 
 

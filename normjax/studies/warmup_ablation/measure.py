@@ -184,6 +184,8 @@ def sensitivity_curves(results: dict) -> list[dict]:
         curves.setdefault(curve_key(r), []).append(r)
     out = []
     for (group, placement, depth, warmup, optimizer, seed), rows in sorted(curves.items(), key=str):
+        if len(rows) < 2:  # one lr (the edge grid's extra seeds): no curve
+            continue
         rows = sorted(rows, key=lambda r: r["lr"])
         finals = [None if r["outcome"] == "diverged" else r["final_valid_nll"] for r in rows]
         inits = [r.get("init_valid_nll") for r in rows if r.get("init_valid_nll") is not None]

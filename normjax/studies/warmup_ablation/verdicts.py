@@ -102,7 +102,7 @@ def _bracket(crit: dict, lrs: list) -> str:
 
 def _no_warmup_rows(results: dict) -> list[dict]:
     """Runs without warmup on the main grid's schedule and Adam beta2: the main grid's and the depth_lr grid's."""
-    return [r for r in results["runs"] if r["warmup"] == 0 and r.get("group", "") in ("", "depth", "depth_lr")]
+    return [r for r in results["runs"] if r["warmup"] == 0 and r.get("group", "") in ("", "depth", "depth_lr", "edge")]
 
 
 def _arms(results: dict, stall_nll: float) -> list[str]:
@@ -161,7 +161,7 @@ def warmup_sensitivity(results: dict) -> dict:
             shown.append((depth, lr))
         if pre_state == "fails" and post_state == "trains":
             contrary.append((depth, lr))
-    grid = [r for r in results["runs"] if r.get("group", "") in ("", "depth") and r["optimizer"] == "adam"]
+    grid = [r for r in results["runs"] if r.get("group", "") in ("", "depth", "edge") and r["optimizer"] == "adam"]
     longest = max(r["warmup"] for r in grid)
     rescued, tried = [], []
     for depth, lr in sorted({(r["depth"], r["lr"]) for r in grid if r["placement"] == "post"}):
