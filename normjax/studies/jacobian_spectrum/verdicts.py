@@ -25,15 +25,17 @@ THRESHOLDS = {
     ),
     "REACH": Threshold(
         0.9,
-        "||(d x_L / d x_l)^T g|| / ||g|| >= 0.9 for every l, g = d Loss / d x_L the loss gradient: the gradient "
-        "that reaches block l keeps at least 90% of its norm (loses less than 10%; the whole 95% interval over "
-        "seeds of each seed's worst case over l and L). PILOT",
+        "the norm of (d x_L / d x_l)^T g over that of g is >= 0.9 for every l, g = d Loss / d x_L the loss "
+        "gradient: the gradient that reaches block l keeps at least 90% of its norm (loses less than 10%; the "
+        "whole 95% interval over seeds of each seed's worst case over l and L); an effect size fixed before the "
+        "run, no pilot spread measured yet",
         source="convention",
     ),
     "UNDAMPED": Threshold(
         0.5,
         "the 10th percentile of sigma_i(d x_L / d x_l) >= 0.5 for every l: at most a tenth of the directions "
-        "shrinks by more than 2x (the whole 95% interval over seeds of each seed's worst case over l and L). PILOT",
+        "shrinks by more than 2x (the whole 95% interval over seeds of each seed's worst case over l and L); an "
+        "effect size fixed before the run, no pilot spread measured yet",
         source="convention",
     ),
 }
