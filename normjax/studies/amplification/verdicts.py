@@ -126,8 +126,8 @@ def amplification(results: dict) -> dict:
         f"p_post - p_x (p from log-log fits) must have its interval above {contrast:g}. All supported -> holds, "
         "some -> partly holds, none -> does not hold, a straddling interval is inconclusive. The update is their "
         f"tool's default: eps {results['eps'][kind]:g} times a random sign on every weight but biases, norm gains "
-        "and Admin's omega (embeddings included), at init. Liu et al. measured a 6- to 18-layer WMT14 encoder's "
-        "output; here a byte-level decoder LM on the stdlib sources, d_model small"
+        "and Admin's omega (embeddings included), at init. Liu et al.'s tool logs a translation model's encoder "
+        "output (WMT14 En-De in the paper); here a small byte-level decoder LM on the stdlib sources"
     )
     post_sel = _summary(results, "post", arm)[0]
     key = f"Post-LN ln L(lin) - ln L(log) {post_sel.text('.2f').split(' (')[0]}; " + ", ".join(
