@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -144,19 +145,30 @@ def compute(config, study) -> dict:
         "stall_fraction": STALL_FRACTION,
         "target_nll": None if unigram is None else TARGET_FRACTION * unigram,
         "target_fraction": TARGET_FRACTION,
-        "translation": translation_record(config, translation),
+        "translation": translation_record(config, translation, study.path),
     }
 
 
-def translation_record(config, runs: list[dict]) -> dict | None:
-    """The translation arm's settings and the corpus it read (its manifest's sha256, from a run's summary)."""
+MANIFEST_COPY = "gettext_manifest.json"  # the corpus manifest beside results.json (catalogs and their sha256)
+
+
+def translation_record(config, runs: list[dict], folder: str) -> dict | None:
+    """The translation arm's settings and the corpus it read (from the runs' summaries); the corpus manifest is
+    copied to FOLDER/gettext_manifest.json after checking its sha256 against the one every run recorded."""
     if not runs:
         return None
     axes = {k: list(v) for k, v in config.sweep.grids[TRANSLATION].items()}
     corpora = {json_key(r["data"]) for r in runs}
     if len(corpora) != 1:  # every run of the arm must have read one corpus
         raise ValueError(f"the translation runs read {len(corpora)} different corpora: {sorted(corpora)}")
-    return {"axes": axes, "data": runs[0]["data"]}
+    data = runs[0]["data"]
+    with open(os.path.join(data["path"], "manifest.json"), "rb") as f:
+        raw = f.read()
+    if hashlib.sha256(raw).hexdigest() != data["manifest_sha256"]:
+        raise ValueError(f"{data['path']}/manifest.json changed since the translation runs read it (sha256 differs)")
+    with open(os.path.join(folder, MANIFEST_COPY), "wb") as f:
+        f.write(raw)
+    return {"axes": axes, "data": data, "manifest": MANIFEST_COPY}
 
 
 def json_key(value) -> str:
@@ -327,6 +339,8 @@ def _plot_sensitivity(results: dict, study) -> list[str]:
     """Final valid nll against peak lr (Wortsman et al. 2023's Fig. 1 axes), one panel per depth: the seeds'
     mean of min(final, init) (a failed run at the init loss) with their range, dashed without warmup."""
     curves = sensitivity_curves(results)
+    if not curves:  # one lr per cell (e.g. an override of train.lr): no curve to draw
+        return []
     depths = sorted({c["depth"] for c in curves})
     fig, axes = plotting.figure(ncols=len(depths), width=4.4, height=3.4)
     for ax, depth in zip(axes, depths, strict=True):
