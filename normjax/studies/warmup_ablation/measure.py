@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from normjax import plotting, train
-from normjax.studies.warmup_ablation.config import TRANSLATION
+from normjax.studies.warmup_ablation.config import EDGE, TRANSLATION
 from normjax.train import data_text, records
 from normjax.train.outcomes import STALL_FRACTION, stall_level
 
@@ -196,7 +196,7 @@ def sensitivity_curves(results: dict) -> list[dict]:
         curves.setdefault(curve_key(r), []).append(r)
     out = []
     for (group, placement, depth, warmup, optimizer, seed), rows in sorted(curves.items(), key=str):
-        if len(rows) < 2:  # one lr (the edge grid's extra seeds): no curve
+        if group == EDGE:  # the edge grid's extra seeds at one lr: no curve (S5 pools them into its cells)
             continue
         rows = sorted(rows, key=lambda r: r["lr"])
         finals = [None if r["outcome"] == "diverged" else r["final_valid_nll"] for r in rows]
