@@ -119,6 +119,16 @@ REGISTRY = (
           "Vaswani et al. 2017 (arXiv 1706.03762); fairseq's inverse_sqrt scheduler", "The Noam schedule peaks at "
           "6.988e-4 at step 4000 for d = 512; fairseq's inverse_sqrt starts at warmup_init_lr (a check of this "
           "code's schedules)."),
+    Claim("N1", "LayerNorm Scaling: Pre-LN's deep blocks approach the identity; 1/sqrt(l) keeps them away from it",
+          "Sun et al. 2025, The Curse of Depth in Large Language Models (arXiv 2502.05795)", "Pre-LN's stream "
+          "variance grows with depth, so the Jacobian of a deep block approaches the identity and the block "
+          "contributes little; scaling each norm's output by 1/sqrt(l) (LNS) keeps the deep blocks farther from "
+          "the identity. The paper argues from training; measured here at init (||J_l - I||_2 per block)."),
+    Claim("N2", "mHC: doubly stochastic H_res keeps the composite residual mapping's spectral norm <= 1",
+          "Xie et al. 2025, mHC: Manifold-Constrained Hyper-Connections (DeepSeek, arXiv 2512.24880)",
+          "Unconstrained hyper-connections' composite residual mapping prod_l H_res^l can grow over depth; "
+          "projecting every H_res onto the doubly stochastic matrices (Sinkhorn-Knopp) keeps its spectral norm "
+          "<= 1 (checked on the model's own H_res at init and after perturbing them)."),
 )  # fmt: skip
 CLAIMS = {c.id: c.title for c in REGISTRY}  # id -> title, in report order
 BY_ID = {c.id: c for c in REGISTRY}

@@ -18,7 +18,8 @@ PAPER_SPECS = tuple(s for s in INIT_TIME_SPECS if s not in ("hybrid_star", "resi
 
 def _quick():
     c = ml_collections.ConfigDict()
-    c.placements = ("post", "pre", "rezero", "deepnorm")  # R1, R2, S3, S7 need post, pre and rezero
+    c.placements = ("post", "pre", "rezero", "deepnorm", "lns")  # R1, R2, S3, S7 need post, pre, rezero; N1 lns
+    c.stream_placements = ("shc", "mhc")  # N2: the composite residual mapping prod_l H_res (streams.py)
     c.depths = (4, 12, 32)  # each product's SVD costs: L = 64 alone took 12 s of CPU per model
     c.vocab_size = 256
     c.d_model, c.num_heads, c.d_ff = 32, 4, 128
@@ -32,7 +33,8 @@ def _quick():
 
 def _standard():
     c = _quick()
-    c.placements = ("post", "pre", "rezero", "deepnorm", "admin", "resi_dual")  # resi_dual: the pair (x, d)
+    c.placements = ("post", "pre", "rezero", "deepnorm", "admin", "resi_dual", "lns")  # resi_dual: the pair (x, d)
+    c.stream_placements = ("shc", "dhc", "mhc")
     c.depths = (4, 12, 32, 64)
     c.num_seeds = 5
     return c
@@ -52,6 +54,7 @@ def get_config(arg: str = "quick"):
 
 SCHEMA = s.MODEL | dict(
     placements=s.MODEL_SPECS,
+    stream_placements=Spec(tuple, item=Spec(str, choices=normjax.hyper.HYPER_KINDS), nonempty=False),
     depths=s.DEPTHS,
     seq_len=s.POS,
     seed=s.SEED,

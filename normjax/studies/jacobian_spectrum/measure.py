@@ -1,4 +1,4 @@
-"""jacobian_spectrum: singular values of d x_L / d x_l and per-block ||J_l|| at init (R1, R2, S3, S7)."""
+"""jacobian_spectrum: singular values of d x_L / d x_l, ||J_l|| and ||J_l - I|| per block (R1, R2, S3, S7, N1, N2)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tqdm import tqdm
 import normjax
 from normjax import jacobian, plotting, specs
 from normjax.probes import model_jacobians, param_probes
+from normjax.studies.jacobian_spectrum.streams import measure_streams
 from normjax.studies.seeds import seeds
 
 STACK = "encoder"
@@ -122,6 +123,7 @@ def measure_exact(model, tokens_BT, floor: float, targets_BT) -> dict:
     g_N = loss_gradient(model, states[-1], targets_BT[0])
     return {
         "block_norm": [np.linalg.norm(J, 2) for J in J_LNN],
+        "block_dev": [np.linalg.norm(J - np.eye(J.shape[0]), 2) for J in J_LNN],  # ||J_l - I||_2 (N1)
         "e2e": {k: [r[k] for r in e2e] for k in e2e[0]}
         | {"grad_reach": gradient_reach([lambda c, J=J: J.T @ c for J in J_LNN], g_N)},
         "io_sv": io_sv,
@@ -134,8 +136,8 @@ def measure_exact(model, tokens_BT, floor: float, targets_BT) -> dict:
 
 
 def measure_matrix_free(model, tokens_BT, top_k: int, targets_BT) -> dict:
-    """Large n: Lanczos spectral norms, Hutchinson ||J||_F, the top-k io singular values, and the loss gradient's
-    reach pulled back by one VJP per block."""
+    """Large n: Lanczos spectral norms (of J_l and of J_l - I), Hutchinson ||J||_F, the top-k io singular values,
+    and the loss gradient's reach pulled back by one VJP per block."""
     blocks = model_jacobians.block_jacobian_norms(model, *tokens_BT, method="lanczos")[STACK]
     e2e = model_jacobians.end_to_end_jacobians(model, *tokens_BT, method="lanczos", top_k=top_k)[STACK]
     n = tokens_BT[0].size * model.cfg.d_model
@@ -152,13 +154,16 @@ def measure_matrix_free(model, tokens_BT, top_k: int, targets_BT) -> dict:
     }
     rms = np.sqrt(np.asarray(e2e["frobenius_sq"]) / n)
     x = normjax.embed(model, *tokens_BT, STACK)[0]
-    pullbacks = []
+    pullbacks, block_dev = [], []
     for l in range(normjax.num_blocks(model, STACK)):
-        y, vjp = jax.vjp(normjax.block_fn(model, l, STACK), x)
+        f = normjax.block_fn(model, l, STACK)
+        block_dev.append(float(jacobian.spectral_norm(lambda x, f=f: f(x) - x, x, method="lanczos")))
+        y, vjp = jax.vjp(f, x)
         pullbacks.append(lambda c, vjp=vjp, x=x: np.asarray(vjp(jnp.asarray(c).reshape(x.shape))[0]).ravel())
         x = y
     return {
         "block_norm": blocks["block"],
+        "block_dev": block_dev,
         "io_sv": top,
         "io": io,
         "exact": False,
@@ -207,6 +212,7 @@ def _aggregate(runs: list[dict]) -> dict:
 
     out = {
         "block_norm": stat([r["block_norm"] for r in runs]),
+        "block_dev": stat([r["block_dev"] for r in runs]),
         "e2e": {k: stat([r["e2e"][k] for r in runs]) for k in ("max", "min", "q10", "rms", "grad_reach")},
         "io": {k: stat([r["io"][k] for r in runs]) for k in runs[0]["io"]},
         "io_sv": [r["io_sv"] for r in runs],
@@ -235,12 +241,21 @@ def compute(config, study) -> dict:
         for placement, L in tqdm(jobs, desc="jacobian_spectrum", unit="model"):
             runs = [
                 study.cached(
-                    f"{specs.parse(placement).file_key}-L{L}-{seed}-reach",  # -reach: pieces with grad_reach
+                    f"{specs.parse(placement).file_key}-L{L}-{seed}-dev",  # -dev: pieces with block_dev
                     lambda s=seed, p=placement, L=L: measure(config, p, L, s),
                 )
                 for seed in seed_list
             ]
             results["runs"].setdefault(placement, {})[str(L)] = _aggregate(runs)
+        for placement, L in [(p, L) for p in config.stream_placements for L in config.depths]:
+            runs = [
+                study.cached(
+                    f"streams-{placement}-L{L}-{seed}",
+                    lambda s=seed, p=placement, L=L: measure_streams(model_config(config, p, L), _inputs(config, s), s),
+                )
+                for seed in seed_list
+            ]
+            results.setdefault("streams", {}).setdefault(placement, {})[str(L)] = runs
         if "rezero" in config.placements:
             results["rezero_gradients"] = [
                 study.cached(f"rezero-gradients-{seed}", lambda s=seed: rezero_gradients(config, s))
@@ -315,7 +330,7 @@ def plot(results: dict, study) -> list[str]:
     axes[0].minorticks_off()
     axes[0].legend(fontsize=7)
     paths += plotting.save(fig, study.figure_stem("log_sv_spread"))
-    return paths + _plot_profiles(results, study)
+    return paths + _plot_profiles(results, study) + _plot_block_dev(results, study)
 
 
 def _plot_profiles(results: dict, study) -> list[str]:
@@ -343,3 +358,25 @@ def _plot_profiles(results: dict, study) -> list[str]:
     axes[-1].legend(fontsize=7)
     axes[-1].text(0.02, 0.02, "stacks ending in a norm: exact zeros", transform=axes[-1].transAxes, fontsize=6)
     return plotting.save(fig, study.figure_stem("layer_profiles"))
+
+
+def _plot_block_dev(results: dict, study) -> list[str]:
+    """N1: ||J_l - I||_2 per block at the largest depth (seed means, the band their min..max), log-log."""
+    L = max(results["depths"])
+    fig, axes = plotting.figure(ncols=1, width=5.2)
+    for placement, by_depth in results["runs"].items():
+        if placement in ("pre", "lns", "post") and "block_dev" in by_depth[str(L)]:
+            dev_SL = np.asarray(by_depth[str(L)]["block_dev"]["seeds"], np.float64)
+            l1 = np.arange(1, L + 1)
+            axes[0].plot(l1, dev_SL.mean(0), **_style(placement))
+            axes[0].fill_between(l1, dev_SL.min(0), dev_SL.max(0), color=plotting.color(placement), alpha=0.2)
+    axes[0].axvline(L // 2 + 1, color="grey", linestyle=":", label="judged: upper half")
+    axes[0].set(
+        title=f"distance of each block from the identity at init, L = {L} (N1)",
+        xlabel="block l + 1",
+        ylabel=r"$\|J_l - I\|_2$",
+        xscale="log",
+        yscale="log",
+    )
+    axes[0].legend(fontsize=7)
+    return plotting.save(fig, study.figure_stem("block_dev"))

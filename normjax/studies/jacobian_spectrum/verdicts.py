@@ -1,4 +1,4 @@
-"""Verdict rules of jacobian_spectrum: ReZero identity (R1, S7), log-sv spread (R2), Pre-LN highway (S3)."""
+"""Verdict rules of jacobian_spectrum: ReZero identity (R1, S7), log-sv spread (R2), Pre-LN highway (S3), N1, N2."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION, NOT_TESTABLE
 from normjax.report.rules import Estimate, Threshold, combine, every, log_ci, mean_ci, require_seeds
+from normjax.studies.jacobian_spectrum import scheme_verdicts
 
 THRESHOLDS = {
     "ISO_TOL": Threshold(
@@ -38,7 +39,7 @@ THRESHOLDS = {
         "effect size fixed before the run, no pilot spread measured yet",
         source="convention",
     ),
-}
+} | scheme_verdicts.THRESHOLDS
 
 
 def _iso_tol() -> float:
@@ -241,4 +242,6 @@ def highway(results: dict) -> dict:
 
 
 def verdicts(results: dict) -> list[dict]:
-    return require_seeds(rezero_identity(results) + [spread(results), highway(results)], results["num_seeds"])
+    rows = rezero_identity(results) + [spread(results), highway(results)]
+    rows += [scheme_verdicts.lns_identity(results, THRESHOLDS), scheme_verdicts.mhc_composite(results, THRESHOLDS)]
+    return require_seeds(rows, results["num_seeds"])
