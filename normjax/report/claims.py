@@ -13,6 +13,9 @@ VERDICTS = EMPIRICAL + (CONSTRUCTION,)
 XIONG = "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (arXiv 2002.04745)"
 LIU = "Liu et al. 2020, Understanding the Difficulty of Training Transformers (arXiv 2004.08249)"
 DEEPNET = "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers (arXiv 2203.00555)"
+WORTSMAN = (
+    "Wortsman et al. 2023, Small-scale proxies for large-scale Transformer training instabilities (arXiv 2309.14322)"
+)
 FOLKLORE = "common explanations of Post-LN vs Pre-LN (the notes this project began from)"
 
 
@@ -119,6 +122,16 @@ REGISTRY = (
           "Vaswani et al. 2017 (arXiv 1706.03762); fairseq's inverse_sqrt scheduler", "The Noam schedule peaks at "
           "6.988e-4 at step 4000 for d = 512; fairseq's inverse_sqrt starts at warmup_init_lr (a check of this "
           "code's schedules)."),
+    Claim("W1", "Large-model instabilities (attention-logit growth, logit drift) show in small models at high lr",
+          WORTSMAN, "The instabilities of large Transformers, attention-logit growth and output-logit divergence, "
+          "appear in small models trained at high learning rates: the attention logits grow and the output logits "
+          "drift from 0 as the lr grows (final loss and diagnostics against lr over orders of magnitude)."),
+    Claim("W2", "LR sensitivity grows with size; warmup, qk-layernorm and z-loss reduce it", WORTSMAN,
+          "LR sensitivity (the expected gap to the best loss over an lr range, a failed run at the init loss) grows "
+          "with model size without mitigations; warmup, qk-layernorm and z-loss each reduce it."),
+    Claim("W3", "Attention-logit growth precedes the divergence that qk-layernorm prevents", WORTSMAN,
+          "At high lr the attention logits grow before the loss diverges, and qk-layernorm, which bounds them, "
+          "prevents the divergence."),
     Claim("N1", "LayerNorm Scaling: Pre-LN's deep blocks approach the identity; 1/sqrt(l) keeps them away from it",
           "Sun et al. 2025, The Curse of Depth in Large Language Models (arXiv 2502.05795)", "Pre-LN's stream "
           "variance grows with depth, so the Jacobian of a deep block approaches the identity and the block "

@@ -18,6 +18,8 @@ SECTIONS = {
     "L": "Liu et al. 2020 (Admin)",
     "D": "Wang et al. 2022 (DeepNet)",
     "R": "ReZero, Fixup and later placements",
+    "W": "Wortsman et al. 2023 (small-scale proxies)",
+    "N": "Schemes of 2024-2026 (LayerNorm Scaling, mHC)",
 }
 MARK = {
     "holds": "holds",

@@ -37,12 +37,13 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 
 
 def _measured_by(module) -> bool:
-    """normjax code whose change can change a measurement: not a study's rules (`<study>/verdicts.py`) or
-    presets (`<study>/config.py`: their values are in the config), the report layer, the CLIs or the runner."""
+    """normjax code whose change can change a measurement: not a study's rules (`<study>/verdicts.py` and
+    `<study>/<topic>_verdicts.py`) or presets (`<study>/config.py`: their values are in the config), the report
+    layer, the CLIs or the runner."""
     name = module.__name__
     return (
         name.startswith("normjax")
-        and not name.endswith((".verdicts", ".config"))
+        and not name.endswith((".verdicts", "_verdicts", ".config"))
         and not name.startswith(("normjax.report", "normjax.experiments"))
         and name not in (__name__, "normjax.studies.judge", "normjax.studies.report", "normjax.studies.claims_doc")
     )

@@ -56,7 +56,7 @@ def test_warmup_ablation_smoke(tmp_path):
     assert (tmp_path / "wa" / "lr_sensitivity.png").exists() and results["data"]["task"] == "synthetic"
     assert all(r["init_valid_nll"] is not None and r["update_ratio"] for r in runs)
     rows = {r["claim"]: r for r in judge("warmup_ablation", results)}
-    assert set(rows) == {"S5", "X7", "X8", "R7"}
+    assert set(rows) == {"S5", "X7", "X8", "R7", "W1", "W2", "W3"}
     assert all(r["verdict"] in VERDICTS for r in rows.values())
     assert rows["S5"]["verdict"] == "not testable at this scale"  # one seed per cell
     assert rows["X7"]["verdict"] == "not testable at this scale"  # no IWSLT files on the synthetic task

@@ -1,4 +1,4 @@
-"""Verdict rules of warmup_ablation: warmup sensitivity (S5), the IWSLT figure (X7, X8), schedules (R7)."""
+"""Verdict rules of warmup_ablation: warmup sensitivity (S5), the IWSLT figure (X7, X8), schedules (R7), W1-W3."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from normjax import train
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE
 from normjax.report.rules import MIN_SEEDS, Threshold, mean_ci
+from normjax.studies.warmup_ablation import proxy_verdicts
 from normjax.studies.warmup_ablation.measure import (
     FAILED,
     TARGET_FRACTION,
@@ -32,7 +33,7 @@ THRESHOLDS = {
         "seed ended ok and the 95% interval of the seeds' final nll lies below the stall level; cells with mixed "
         "seeds (the failure edge, where seed-to-seed spread reached 0.5 nats in the earlier grid) decide nothing",
     ),
-}
+} | proxy_verdicts.THRESHOLDS
 X8_SETTINGS = {"num_layers": 6, "d_model": 512, "d_ff": 1024, "num_heads": 4, "dropout": 0.1}
 
 
@@ -420,4 +421,5 @@ def schedules() -> dict:
 
 
 def verdicts(results: dict) -> list[dict]:
-    return [warmup_sensitivity(results)] + iwslt_figure(results) + [schedules()]
+    rows = [warmup_sensitivity(results)] + iwslt_figure(results) + [schedules()]
+    return rows + proxy_verdicts.verdicts(results, THRESHOLDS)
