@@ -33,6 +33,7 @@ from normjax.probing import (
     stack_names,
     sublayer_fn,
 )
+from normjax.skips import SkipStream
 
 __all__ = [
     "NORMS",
@@ -43,6 +44,7 @@ __all__ = [
     "DualStream",
     "HyperStreams",
     "ModelConfig",
+    "SkipStream",
     "StackProbes",
     "Transformer",
     "admin_omega",

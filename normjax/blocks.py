@@ -15,6 +15,7 @@ from normjax.init import NGPT_ALPHA_INIT, InitRule, block_init, kernel_init, ngp
 from normjax.layers import MLP, NGPTMLP, Attention, dropout
 from normjax.norms import make_norm
 from normjax.registry import Placement
+from normjax.skips import VALUE_LAMBDA_INIT, X0_LAMBDAS_INIT, SkipStream, mix_value, mix_x0
 
 
 @struct.dataclass
@@ -120,6 +121,10 @@ class Block(nnx.Module):
         self.placement, self.dropout_rate = entry.name, cfg.dropout
         self.branch_multiplier = cfg.branch_multiplier(stack)  # CompleteP / depth-muP (L / L_base)^-alpha
         self.gate = nnx.Param(jnp.zeros((), pdt)) if shared else None
+        # the speedrun's x0 lambdas (a_l, c_l) and value-residual lam_l; `first` marks block 0 (traced under vmap)
+        self.x0_lambdas = nnx.Param(jnp.asarray(X0_LAMBDAS_INIT, pdt)) if cfg.x0_lambdas else None
+        self.value_lambda = nnx.Param(jnp.full((), VALUE_LAMBDA_INIT, pdt)) if cfg.value_residual else None
+        self.first = nnx.Variable(jnp.asarray(layer == 0)) if cfg.value_residual else None
         per_block = cfg.sublayers_per_block(stack)
         names = ("attn", "cross", "ffn") if cfg.has_cross_attention(stack) else ("attn", "ffn")
 
@@ -184,9 +189,12 @@ class Block(nnx.Module):
     def sublayers(self) -> tuple[Sublayer, ...]:
         return tuple(s for s in (self.attn, self.cross, self.ffn) if s is not None)
 
-    def branch(self, sublayer: Sublayer, ctx: BlockContext, records, key=None, logit_stats: bool = False):
+    def branch(
+        self, sublayer: Sublayer, ctx: BlockContext, records, key=None, logit_stats: bool = False, value_mix=None
+    ):
         """The branch function F(h) of `sublayer`, residual dropout included; with `logit_stats` an attention
-        sublayer also records "<name>.logit_max" (B, T), see `LOGIT_SUFFIX`."""
+        sublayer also records "<name>.logit_max" (B, T), see `LOGIT_SUFFIX`; `value_mix` goes to self attention
+        (`Attention`'s value hook)."""
         rate = self.dropout_rate
         keys = (None, None) if key is None else tuple(jax.random.split(key))
         rec = lambda role, z: records.setdefault(f"{sublayer.name}.{role}", z)
@@ -198,7 +206,16 @@ class Block(nnx.Module):
             if sublayer.name == "ffn":
                 out = sublayer.branch(h, dropout_rate=rate, key=keys[0])
             elif sublayer.name == "attn":
-                out = sublayer.branch(h, h, ctx.self_bias, record=rec, dropout_rate=rate, key=keys[0], logit_stat=stat)
+                out = sublayer.branch(
+                    h,
+                    h,
+                    ctx.self_bias,
+                    record=rec,
+                    dropout_rate=rate,
+                    key=keys[0],
+                    logit_stat=stat,
+                    value_mix=value_mix,
+                )
             else:
                 out = sublayer.branch(
                     h, ctx.memory, ctx.cross_bias, record=rec, dropout_rate=rate, key=keys[0], logit_stat=stat
@@ -215,10 +232,28 @@ class Block(nnx.Module):
     ):
         """x after one wired sublayer; fills `records` with its norm inputs and branch output (times the branch
         multiplier, when the config sets one), and with `logit_stats` its attention logit maxima.
-        `block_input` is the block's input, which B2T's last sublayer adds."""
+        `block_input` is the block's input, which B2T's last sublayer adds.
+
+        A `SkipStream` x (the speedrun's value residual / x0 lambdas) maps to a SkipStream: the self-attention
+        sublayer, the block's first, reads a_l x + c_l x0 and mixes its values with v_1 (writing v_1 in block 0);
+        the block input B2T adds is a_l x + c_l x0 too (the speedrun's block starts with that mix)."""
         shared_gate = None if self.gate is None else self.gate[...]
-        F = self.branch(sublayer, ctx, records, key, logit_stats)
-        return sublayer(x, F, records, shared_gate, block_input)
+        if not isinstance(x, SkipStream):
+            F = self.branch(sublayer, ctx, records, key, logit_stats)
+            return sublayer(x, F, records, shared_gate, block_input)
+        lambdas = None if self.x0_lambdas is None else self.x0_lambdas[...]
+        first_sublayer = sublayer.name == "attn"
+        out = {"v1": x.v1}
+
+        def value_mix(v):
+            mixed, out["v1"] = mix_value(v, x.v1, self.value_lambda[...], self.first[...])
+            return mixed
+
+        vmix = value_mix if first_sublayer and self.value_lambda is not None else None
+        F = self.branch(sublayer, ctx, records, key, logit_stats, vmix)
+        h = mix_x0(x, lambdas) if first_sublayer else x.x
+        skip_in = None if block_input is None else mix_x0(block_input, lambdas)
+        return x.replace(x=sublayer(h, F, records, shared_gate, skip_in), v1=out["v1"])
 
     def __call__(self, x, ctx: BlockContext, key=None, logit_stats: bool = False):
         """(y, records): the block output and {site: array} for every norm input and branch output; with

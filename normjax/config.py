@@ -70,6 +70,11 @@ class ModelConfig:
 
     Hyper-connections (`shc`, `dhc`, `mhc`): `hyper_streams` is the number n of residual streams (None = 4, the
     papers' n), `sinkhorn_iters` mHC's Sinkhorn-Knopp iterations (None = 20); each is refused where no layer reads it.
+
+    The modded-nanogpt speedrun's skips (`normjax.skips`, docs/placements.md): `value_residual` mixes every self
+    attention's values with block 0's, v = (1 - lam_l) v + lam_l v_1 (lam_l = 0.5 at init); `x0_lambdas` starts
+    every block with x = a_l x + c_l x_0, x_0 the stack's embedding output (a_l = 1, c_l = 0 at init). Blocks then
+    map a `normjax.skips.SkipStream`; refused with ResiDual, hyper-connections and ngpt.
     """
 
     arch: str = "decoder"
@@ -119,6 +124,8 @@ class ModelConfig:
     branch_multiplier_base_depth: int = 1  # L_base
     hyper_streams: int | None = None  # n residual streams of shc / dhc / mhc; None = 4
     sinkhorn_iters: int | None = None  # mhc's Sinkhorn-Knopp iterations t_max; None = 20
+    value_residual: bool = False  # speedrun: v = (1 - lam_l) v + lam_l v_1 in every self attention, lam_l = 0.5
+    x0_lambdas: bool = False  # speedrun: x = a_l x + c_l x_0 at every block's start, (a_l, c_l) = (1, 0)
 
     def __post_init__(self):
         _check_choice("arch", self.arch, ARCHS)
@@ -162,6 +169,7 @@ class ModelConfig:
             _check_bool(name, getattr(self, name))
         _check_bool("final_norm", self.final_norm, allow_none=True)
         self._check_streams()
+        self._check_skips()
         for stack in self.stacks:
             if self.final_norm is False and self.has_dual_stream(stack):
                 _fail("final_norm", False, "resi_dual's output x_L + N(d_L) needs its norm; use None or True")
@@ -211,6 +219,28 @@ class ModelConfig:
             _check_positive_int(name, value)
             if not layers & set(readers):
                 _fail(name, value, f"is read only by placements {', '.join(readers)}; leave it None")
+
+    def _check_skips(self):
+        """The speedrun's value residual and x0 lambdas: one residual stream of sums (not ResiDual, HC or ngpt)."""
+        for name in ("value_residual", "x0_lambdas"):
+            _check_bool(name, getattr(self, name))
+            if not getattr(self, name):
+                continue
+            if self.placement == "ngpt":
+                _fail(name, True, "ngpt keeps its stream on the unit sphere and defines no such skip; leave it off")
+            for stack in self.stacks:
+                if self.stream_kind(stack) != "one":
+                    _fail(
+                        name,
+                        True,
+                        f"the speedrun's skips are defined on one residual stream; the {stack} stack carries "
+                        f"{self.stream_kind(stack)!r} streams (ResiDual / hyper-connections); leave it off",
+                    )
+
+    @property
+    def has_skips(self) -> bool:
+        """Whether blocks map a `normjax.skips.SkipStream` (value residual or x0 lambdas on)."""
+        return self.value_residual or self.x0_lambdas
 
     def _check_recipe_options(self):
         """The 2024-26 recipe knobs: gains, QK-norm scope, per-site alpha_0, soft-caps, clipping, z-loss, multiplier."""

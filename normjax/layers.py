@@ -85,6 +85,9 @@ class Attention(nnx.Module):
     `logit_stat(m_BT)`, when given, sees the largest attention logit of each query, (B, T): the scaled (and
     soft-capped) score before the mask bias, maxed over heads and over the keys the bias allows (-inf for a
     query with none). Not a norm input: it does not go through `record`, and nothing is computed without it.
+
+    `value_mix(v_BTD)`, when given, replaces the value projection (after `clip`, before any per-head norm) by what
+    it returns: the speedrun's value residual (`normjax.skips.mix_value`, wired by `normjax.blocks.Block`).
     """
 
     def __init__(
@@ -120,12 +123,16 @@ class Attention(nnx.Module):
         self.ngpt_scale = ngpt_scale
         self.sqk = None if ngpt_scale is None else nnx.Param(jnp.full((d_model,), ngpt_scale, param_dtype))
 
-    def __call__(self, x_BTD, memory_BSD, bias_B1TS, *, record, dropout_rate=0.0, key=None, logit_stat=None):
+    def __call__(
+        self, x_BTD, memory_BSD, bias_B1TS, *, record, dropout_rate=0.0, key=None, logit_stat=None, value_mix=None
+    ):
         B, T, D = x_BTD.shape
         H = self.num_heads
         full = {"q": self.query(x_BTD), "k": self.key(memory_BSD), "v": self.value(memory_BSD)}
         if self.clip is not None:
             full = {r: jnp.clip(z, -self.clip, self.clip) for r, z in full.items()}
+        if value_mix is not None:
+            full["v"] = value_mix(full["v"])
         if self.qk_full_norm is not None:
             for role, norm in self.qk_full_norm.items():
                 full[role] = norm(record(role, full[role]))

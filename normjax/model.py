@@ -15,6 +15,7 @@ from normjax.config import ModelConfig
 from normjax.hyper import HyperStreams
 from normjax.layers import attention_bias, dropout, softcap
 from normjax.placements import DualStream
+from normjax.skips import initial_state as skip_state
 
 
 def sinusoidal_positions(max_len: int, d: int) -> np.ndarray:
@@ -123,6 +124,8 @@ class Stack(nnx.Module):
         self.dual = cfg.has_dual_stream(stack)  # ResiDual: blocks map DualStream(x, d)
         # hyper-connections: blocks map HyperStreams of n streams (0: no hyper-connections)
         self.hyper_streams = cfg.num_streams(stack) if cfg.stream_kind(stack) == "hyper" else 0
+        # the speedrun's value residual / x0 lambdas: blocks map a SkipStream (x, x0, v1)
+        self.skips, self.x0_lambdas, self.value_residual = cfg.has_skips, cfg.x0_lambdas, cfg.value_residual
         self.layers = _make_layers(cfg, stack, rngs)
         self.final_norm = norm_factory(cfg, "final")(cfg.d_model) if cfg.has_final_norm(stack) else None
 
@@ -170,14 +173,19 @@ class Stack(nnx.Module):
 
     def initial_state(self, x):
         """What block 0 maps, from x_0: x_0; DualStream(x_0, x_0) for ResiDual (`resi_dual/resi_dual.py` lines 107
-        and 252); n copies of x_0 for hyper-connections (lucidrains `hyper_connections.py` line 59)."""
+        and 252); n copies of x_0 for hyper-connections (lucidrains `hyper_connections.py` line 59);
+        SkipStream(x_0, x_0, 0) with the speedrun's skips (`normjax.skips.initial_state`)."""
+        if self.skips:
+            return skip_state(x, x0_lambdas=self.x0_lambdas, value_residual=self.value_residual)
         if self.dual:
             return DualStream(x, x)
         return HyperStreams((x,) * self.hyper_streams) if self.hyper_streams else x
 
     def final_norm_input(self, last):
         """What the final norm reads from the last state: x_L; d_L for ResiDual; the sum of the streams for
-        hyper-connections (lucidrains `hyper_connections.py` line 61, `reduce_stream` by sum)."""
+        hyper-connections (lucidrains `hyper_connections.py` line 61, `reduce_stream` by sum); x_L of a SkipStream."""
+        if self.skips:
+            return last.x
         if self.dual:
             return last.d
         return last.total() if self.hyper_streams else last

@@ -17,6 +17,7 @@ from normjax.jacobian import traced
 from normjax.layers import attention_bias
 from normjax.model import Transformer
 from normjax.placements import DualStream
+from normjax.skips import SkipStream
 
 
 @struct.dataclass
@@ -35,6 +36,9 @@ class StackProbes:
     A hyper-connected stack (`shc`, `dhc`, `mhc`) carries n streams: hyper_streams[l] (n, B, T, D) holds them,
     streams[l] their sum (what the read-out sees; at n = 1 the Pre-LN stream), and final_norm_input the sum at L.
     hyper_streams is None for every other stack.
+
+    With the speedrun's value residual / x0 lambdas the blocks map `normjax.skips.SkipStream` (x, x0, v1):
+    streams[l] is its x (what enters block l, before the block's a_l x + c_l x0 mix).
 
     attn_logit_max[l] maps each attention sublayer of block l ("attn", and "cross" in a seq2seq decoder) to a
     (B, T) array: per query position, the largest attention logit (the scaled score after any soft-cap and
@@ -91,6 +95,8 @@ def _stack_probes(model: Transformer, stack: str, records: list, last) -> StackP
         streams, dual = [s.x for s in states], [s.d for s in states]
     elif st.hyper_streams:
         streams, hyper = [s.total() for s in states], [jnp.stack(s.streams) for s in states]
+    elif st.skips:
+        streams = [s.x for s in states]
     final = st.final_norm_input(last) if has_final else None
     return StackProbes(streams, [s[0] for s in split], [s[1] for s in split], final, dual, hyper, logit_max)
 
@@ -105,7 +111,7 @@ def probe_stream(
     a hyper-connected one from n copies of x0, as the model does (or from the DualStream / HyperStreams passed).
     """
     stack = _stack_name(model, stack)
-    if not isinstance(x0_BTD, DualStream | HyperStreams):
+    if not isinstance(x0_BTD, DualStream | HyperStreams | SkipStream):
         x0_BTD = model.stacks[stack].initial_state(x0_BTD)
     records = []
 
@@ -159,6 +165,13 @@ def _check_stream_kind(model: Transformer, stack: str, x) -> None:
             f"streams, got {got}; one stream alone does not determine its blocks or their Jacobians (probe with "
             "normjax.probe: StackProbes.hyper_streams)"
         )
+    if st.skips and not isinstance(x, SkipStream):
+        raise TypeError(
+            f"the {stack} stack has the speedrun's value residual / x0 lambdas: its blocks map "
+            f"normjax.SkipStream(x, x0, v1), got {type(x).__name__} (start from model.stacks[{stack!r}].initial_state)"
+        )
+    if not st.skips and isinstance(x, SkipStream):
+        raise TypeError(f"the {stack} stack has no value residual or x0 lambdas: pass its own state, not a SkipStream")
     if not st.dual and not st.hyper_streams and isinstance(x, DualStream | HyperStreams):
         raise TypeError(f"the {stack} stack carries one stream: pass an array, not a {type(x).__name__}")
 
@@ -240,7 +253,8 @@ def block_fn(
 
     For a ResiDual stack x and y are `normjax.DualStream(x, d)` pairs, for a hyper-connected stack
     `normjax.HyperStreams` of n streams (pytrees; `normjax.jacobian` takes them: (2TD, 2TD) and (nTD, nTD)
-    Jacobians), and an array input raises TypeError.
+    Jacobians), with the speedrun's skips `normjax.SkipStream(x, x0, v1)` (up to (3TD, 3TD)), and an array input
+    raises TypeError.
 
     Reads the model's current weights on every call; every block of one structure shares one compiled
     Jacobian program (normjax.jacobian hoists the weights and l into traced arguments).

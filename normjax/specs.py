@@ -2,11 +2,12 @@
 
 # Syntax: "<placement>[:<norm>][+<option>...]". The placement is a registry name, the norm a `ModelConfig.norm`
 # kind (default layernorm), each option one of OPTIONS: "qk_norm" (ModelConfig.qk_norm=True), "no_bias"
-# (norm_bias=False), "embedding_norm" (embedding_norm=True), and the recipe knobs (full-width QK-norm, zero-centred
-# or no gain, soft-caps, z-loss); RECIPES names whole recipes ("olmo2", "gemma2", "gemma3", "speedrun"), each a spec
-# in this syntax. Options that set one field to two values are refused. A spec whose norm or option would change nothing
-# (no_bias on a bias-free norm kind, embedding_norm on peri_ln, qk_norm where q and k are already normalised,
-# any option with norm "none") is refused: the studies never show a relabelled copy of another run.
+# (norm_bias=False), "embedding_norm" (embedding_norm=True), the recipe knobs (full-width QK-norm, zero-centred
+# or no gain, soft-caps, z-loss) and the speedrun's value residual and x0 lambdas; RECIPES names whole recipes
+# ("olmo2", "gemma2", "gemma3", "speedrun"), each a spec in this syntax. Options that set one field to two values
+# are refused. A spec whose norm or option would change nothing (no_bias on a bias-free norm kind, embedding_norm
+# on peri_ln, qk_norm where q and k are already normalised, any norm option with norm "none") is refused: the
+# studies never show a relabelled copy of another run.
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ OPTIONS = {
     "softcap": {"attn_logit_softcap": 50.0, "final_logit_softcap": 30.0},  # Gemma 2
     "final_softcap": {"final_logit_softcap": 15.0},  # modded-nanogpt's tanh cap (30, then 15)
     "z_loss": {"z_loss": 1e-5},  # OLMo 2's coefficient (OLMo-core z_loss_multiplier=1e-5)
+    "value_residual": {"value_residual": True},  # modded-nanogpt: v = (1 - lam) v + lam v_1, lam = 0.5
+    "x0_lambdas": {"x0_lambdas": True},  # modded-nanogpt: x = a x + c x_0 per block, (a, c) = (1, 0)
 }
 BIASED_NORMS = ("layernorm", "dyt", "derf")  # the kinds with an additive beta
 GAINED_NORMS = ("layernorm", "rmsnorm", "dyt", "derf")  # the kinds with a per-channel gamma
@@ -36,8 +39,9 @@ RECIPES = {
     "gemma2": "sandwich:rmsnorm+zero_gain+softcap",
     # Gemma 3: the same with per-head QK-norm instead of soft-caps
     "gemma3": "sandwich:rmsnorm+zero_gain+qk_norm",
-    # modded-nanogpt: weightless RMSNorm (embeddings, blocks, q/k per head, final), final-logit soft-cap 15
-    "speedrun": "pre:rmsnorm+no_gain+qk_norm+embedding_norm+final_softcap",
+    # modded-nanogpt: weightless RMSNorm (embeddings, blocks, q/k per head, final), final-logit soft-cap 15,
+    # value residual and x0 lambdas (the 2024-11-06 record's learnable lamb and lambdas)
+    "speedrun": "pre:rmsnorm+no_gain+qk_norm+embedding_norm+final_softcap+value_residual+x0_lambdas",
 }
 SYNTAX = "'<placement>[:<norm>][+<option>...]'"
 
@@ -86,7 +90,7 @@ def _why_not(placement: str, norm: str, options: tuple[str, ...]) -> str | None:
             if fields.get(name, (value, option))[0] != value:
                 return f"{fields[name][1]!r} and {option!r} both set {name}"
             fields[name] = (value, option)
-    norm_options = set(options) - {"softcap", "final_softcap", "z_loss"}
+    norm_options = set(options) - {"softcap", "final_softcap", "z_loss", "value_residual", "x0_lambdas"}
     if norm_options and norm == "none":
         return "norm 'none' makes every norm option a no-op"
     for option in {"zero_gain", "no_gain"} & set(options):

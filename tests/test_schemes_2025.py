@@ -303,7 +303,14 @@ def test_recipe_presets_name_their_papers_settings():
     )
     assert gemma3 == dict(placement="sandwich", norm="rmsnorm", norm_gain="zero_centred", qk_norm=True)
     assert speedrun == dict(
-        placement="pre", norm="rmsnorm", norm_gain="none", qk_norm=True, embedding_norm=True, final_logit_softcap=15.0
+        placement="pre",
+        norm="rmsnorm",
+        norm_gain="none",
+        qk_norm=True,
+        embedding_norm=True,
+        final_logit_softcap=15.0,
+        value_residual=True,
+        x0_lambdas=True,
     )
     with pytest.raises(ValueError, match="'zero_gain' and 'no_gain' both set norm_gain"):
         specs.parse("pre:rmsnorm+zero_gain+no_gain")

@@ -66,7 +66,13 @@ SCHEMA = s.MODEL | dict(
 
 
 def _refuse(spec, values: dict) -> str | None:
-    """A multi-stream placement beyond the exact size: the matrix-free products take one residual stream."""
+    """A multi-stream placement beyond the exact size (the matrix-free products take one residual stream); the
+    speedrun's skips anywhere."""
+    if {"value_residual", "x0_lambdas"} & {k for k, v in spec.fields.items() if v is True}:
+        return (
+            f"{spec.text}: the speedrun's value residual / x0 lambdas carry x_0 and v_1 beside the stream (v_1 starts "
+            "at 0, not x_0), which jacobian_spectrum's products and input-output Jacobian do not model"
+        )
     matrix_free = values["seq_len"] * values["d_model"] > values["exact_max_n"]
     kind = normjax.registry.get(spec.placement).stream_kind
     if kind != "one" and matrix_free:
