@@ -10,6 +10,7 @@ from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
 from normjax.report.rules import MIN_SEEDS, Threshold, check, combine, every, log_ci, mean_ci, power_note
 from normjax.studies.deep_training.measure import LN_INPUT_LARGE, STALL_MARGIN
+from normjax.studies.deep_training.stream_verdicts import effective, per_seed, replaces, sandwich_vs_pre, stream_growth
 
 THRESHOLDS = {
     "ALPHA_RTOL": Threshold(
@@ -85,15 +86,6 @@ def _t(name: str) -> float:
     return float(THRESHOLDS[name])
 
 
-def _per_seed(entry: dict, key: str) -> list:
-    return [s[key] for s in entry["per_seed"]]
-
-
-def _effective(entry: dict, unigram: float) -> np.ndarray:
-    """Per-seed final loss, a diverged seed counted at the unigram entropy (it learnt no more than frequencies)."""
-    return np.array([unigram if v is None else v for v in _per_seed(entry, "final_loss")], float)
-
-
 def decoder_deepnorm(depth: int) -> tuple[float, float]:
     """The paper's decoder-only constants (Wang et al. 2022, Table 1): alpha = (2M)^(1/4), beta = (8M)^(-1/4)."""
     return (2 * depth) ** 0.25, (8 * depth) ** -0.25
@@ -161,8 +153,8 @@ def early_update(results: dict) -> list[dict]:
     deep = mean_ci(f["exponent"] for f in fits_["deepnorm"])
     ratios = {  # ratios of positive updates: log-scale intervals
         d: log_ci(
-            np.array(_per_seed(summary["deepnorm"][d], "early_update"))
-            / np.array(_per_seed(summary["post"][d], "early_update"))
+            np.array(per_seed(summary["deepnorm"][d], "early_update"))
+            / np.array(per_seed(summary["post"][d], "early_update"))
         )
         for d in depths
     }
@@ -205,14 +197,12 @@ def failure_chain(results: dict) -> list[dict]:
     depth = str(max(int(d) for d in summary["post"]))
     post, recs = summary["post"][depth], results["runs"]["post"][depth]
     deep = summary.get("deepnorm", {}).get(depth)
-    first = np.array(_per_seed(post, "first_update_relative"))
+    first = np.array(per_seed(post, "first_update_relative"))
     first_ci = log_ci(first)  # positive sizes and ratios: log-scale intervals
-    above_deep = mean_ci(first - np.array(_per_seed(deep, "first_update_relative"))) if deep else None
-    peak = log_ci(_per_seed(post, "ln_rms_peak"))
-    grown = log_ci(np.array(_per_seed(post, "ln_rms_peak")) / np.array(_per_seed(post, "ln_rms_init")))
-    fall = mean_ci(
-        np.log10(np.array(_per_seed(post, "grad_bottom_end")) / np.array(_per_seed(post, "grad_bottom_init")))
-    )
+    above_deep = mean_ci(first - np.array(per_seed(deep, "first_update_relative"))) if deep else None
+    peak = log_ci(per_seed(post, "ln_rms_peak"))
+    grown = log_ci(np.array(per_seed(post, "ln_rms_peak")) / np.array(per_seed(post, "ln_rms_init")))
+    fall = mean_ci(np.log10(np.array(per_seed(post, "grad_bottom_end")) / np.array(per_seed(post, "grad_bottom_init"))))
     order = []  # per seed: the LN inputs are large no later than the bottom gradient has vanished
     for rec, s in zip(recs, post["per_seed"], strict=True):
         p, large = rec["probes"], max(_t("LN_INPUT_LARGE"), _t("LN_INPUT_GROWTH") * s["ln_rms_init"])
@@ -287,9 +277,9 @@ def deepnorm_depth(results: dict) -> list[dict]:
     post, deep = s7["summary"]["post"], s7["summary"]["deepnorm"]
     depths = sorted(post, key=int)
     shallow, deeper = depths[0], [d for d in depths[1:] if d in deep]
-    ref = _effective(post[shallow], unigram)
-    post_ratio = {d: log_ci(_effective(post[d], unigram) / ref) for d in deeper}
-    post_loss = {d: mean_ci(_effective(post[d], unigram)) for d in deeper}
+    ref = effective(post[shallow], unigram)
+    post_ratio = {d: log_ci(effective(post[d], unigram) / ref) for d in deeper}
+    post_loss = {d: mean_ci(effective(post[d], unigram)) for d in deeper}
     failing = [d for d in deeper if post_ratio[d].above(1 + _t("DEGRADE")) | post_loss[d].above(stall)]
     measured = (
         f"lr {s7['lr']:g} ({setting}; the largest of {list(s7['candidates'])} at which Post-LN trains at "
@@ -297,7 +287,7 @@ def deepnorm_depth(results: dict) -> list[dict]:
         f"L={shallow}, per seed (diverged seeds at H(p)): "
         + "; ".join(
             f"L={d}: Post-LN {post_ratio[d].text('.3f')}, DeepNorm "
-            f"{log_ci(_effective(deep[d], unigram) / ref).text('.3f')}"
+            f"{log_ci(effective(deep[d], unigram) / ref).text('.3f')}"
             for d in deeper
         )
         + f"; Post-LN fails at L = {[int(d) for d in failing]}"
@@ -319,8 +309,8 @@ def deepnorm_depth(results: dict) -> list[dict]:
                 key=f"Post-LN L={top} / L={shallow}: {post_ratio[top].text('.3f') if deeper else 'n/a'}",
             )
         ]
-    dn_ratio = {d: log_ci(_effective(deep[d], unigram) / ref) for d in failing}
-    trains = every(mean_ci(_effective(deep[d], unigram)).below(stall) for d in failing)
+    dn_ratio = {d: log_ci(effective(deep[d], unigram) / ref) for d in failing}
+    trains = every(mean_ci(effective(deep[d], unigram)).below(stall) for d in failing)
     as_well = every(r.below(1 + _t("DEGRADE")) for r in dn_ratio.values())
     d = failing[-1]
     return [
@@ -336,100 +326,6 @@ def deepnorm_depth(results: dict) -> list[dict]:
             key=f"L={d} / Post-LN L={shallow}: DeepNorm {dn_ratio[d].text('.3f')}, Post-LN {post_ratio[d].text('.3f')}",
             depths=[int(x) for x in failing],
             lr=s7["lr"],
-        )
-    ]
-
-
-def _last_stream(entry: dict, key: str) -> np.ndarray:
-    """Per seed, ||x_L||^2 / d of the last residual stream (the final norm's input)."""
-    return np.array([s[key][-1] for s in entry["per_seed"]], float)
-
-
-def stream_growth(results: dict) -> list[dict]:
-    """S4 after training: Pre-LN's last stream grows with depth, and training does not shrink it."""
-    pre = results["summary"].get("pre", {})
-    if len(pre) < 2:
-        return []
-    depths = sorted(pre, key=int)
-    ms = np.array([_last_stream(pre[d], "stream_ms_end") for d in depths])  # (depths, seeds)
-    ok = np.all(np.isfinite(ms) & (ms > 0), axis=0)  # a seed whose stream went non-finite has no exponent
-    slopes = np.polyfit(np.log([int(d) for d in depths]), np.log(ms[:, ok]), 1)[0] if ok.any() else []
-    exponent = mean_ci(slopes)
-    grew = log_ci(_last_stream(pre[depths[-1]], "stream_ms_end") / _last_stream(pre[depths[-1]], "stream_ms_init"))
-    ends = ", ".join(f"L={d}: {log_ci(_last_stream(pre[d], 'stream_ms_end')).text('.3g')}" for d in depths)
-    checks = [exponent.above(_t("STREAM_GROWTH_EXPONENT")), grew.above(1.0)]
-    return [
-        verdict_row(
-            "S4",
-            "in training: Pre-LN's residual stream grows with depth (so the head needs a final norm)",
-            f"||x_L||^2/d after {results['setup']['num_steps']} steps at lr "
-            f"{results['setup']['lr']:g}: {ends}; exponent against L {exponent.text('.2f')}; at L={depths[-1]} "
-            f"trained / init {grew.text('.2f')}",
-            combine(checks),
-            f"rule: exponent interval above {_t('STREAM_GROWTH_EXPONENT')} (grows with depth) and, at the largest "
-            f"depth, trained / init interval above 1 (training does not undo it); both -> holds, one -> partly, a "
-            f"straddling interval inconclusive: {[c.value for c in checks]}",
-            "stream_growth.png",
-            key=f"exponent {exponent.text('.2f')}",
-            exponent=exponent.mean,
-        )
-    ]
-
-
-def sandwich_vs_pre(results: dict) -> list[dict]:
-    """R4 in training: Pre-LN's last stream grows more during training than Sandwich's, at the same depth."""
-    summary = results["summary"]
-    shared = sorted((d for d in summary.get("sandwich", {}) if d in summary.get("pre", {})), key=int)
-    if not shared:
-        return []
-    d = shared[-1]
-    growth = {
-        r: _last_stream(summary[r][d], "stream_ms_end") / _last_stream(summary[r][d], "stream_ms_init")
-        for r in ("pre", "sandwich")
-    }
-    ratio = log_ci(growth["pre"] / growth["sandwich"])
-    return [
-        verdict_row(
-            "R4",
-            "in training: Pre-LN's hidden state can grow faster than Sandwich's (Peri-LN)",
-            f"L={d}, lr {results['setup']['lr']:g}, no warmup: ||x_L||^2 trained / init Pre-LN "
-            f"{log_ci(growth['pre']).text('.3g')}, Sandwich {log_ci(growth['sandwich']).text('.3g')}; ratio "
-            f"{ratio.text('.3g')}",
-            combine([ratio.above(_t("FASTER"))]),
-            f"rule: the per-seed ratio of the growth factors has its (log-scale) interval above {_t('FASTER'):g} "
-            "(holds), at or below it (does not hold) or straddling it (inconclusive)",
-            "stream_growth.png",
-            key=f"growth ratio {ratio.text('.3g')} at L={d}",
-            ratio=ratio.mean,
-        )
-    ]
-
-
-def _replaces(results: dict, claim: str, run: str, prediction: str) -> list[dict]:
-    """R3/R6: `run` trains without warmup at Pre-LN's lr to within REPLACE_TOLERANCE of Pre-LN's final loss."""
-    summary, unigram, tol = results["summary"], results["unigram_nll"], 1 + _t("REPLACE_TOLERANCE")
-    depths = sorted((d for d in summary.get(run, {}) if d in summary.get("pre", {})), key=int)
-    if not depths:
-        return []
-    ratios = {d: log_ci(_effective(summary[run][d], unigram) / _effective(summary["pre"][d], unigram)) for d in depths}
-    measured = "; ".join(
-        f"L={d}: {run} / pre final loss {r.text('.3f')} "
-        f"({run} {mean_ci(_effective(summary[run][d], unigram)).text('.3f')}"
-        f", diverged seeds {sum(v is None for v in _per_seed(summary[run][d], 'final_loss'))})"
-        for d, r in ratios.items()
-    )
-    return [
-        verdict_row(
-            claim,
-            prediction,
-            measured + f" (lr {results['setup']['lr']:g}, no warmup; a diverged seed counts at H(p) {unigram:.3f})",
-            combine(r.below(tol) for r in ratios.values()),
-            f"rule: per-seed ratio to Pre-LN's final loss, log-scale interval below {tol:g} at every depth (holds), "
-            "at or above it at every depth (does not hold), at some (partly); an interval that straddles it (a "
-            "ranking that flips between seeds) is inconclusive",
-            "depth_sweep.png",
-            key="; ".join(f"L={d}: {r.text('.3f')}" for d, r in ratios.items()),
-            ratios={d: r.mean for d, r in ratios.items()},
         )
     ]
 
@@ -455,9 +351,11 @@ def verdicts(results: dict) -> list[dict]:
         + early_update(results)
         + failure_chain(results)
         + deepnorm_depth(results)
-        + stream_growth(results)
-        + sandwich_vs_pre(results)
-        + _replaces(results, "R3", "tfixup", "T-Fixup trains without LN and without warmup at Pre-LN's lr")
-        + _replaces(results, "R6", "pre:dyt", f"DyT (measured alpha_0 = {alpha0}) replaces LayerNorm in Pre-LN")
+        + stream_growth(results, THRESHOLDS)
+        + sandwich_vs_pre(results, THRESHOLDS)
+        + replaces(results, THRESHOLDS, "R3", "tfixup", "T-Fixup trains without LN and without warmup at Pre-LN's lr")
+        + replaces(
+            results, THRESHOLDS, "R6", "pre:dyt", f"DyT (measured alpha_0 = {alpha0}) replaces LayerNorm in Pre-LN"
+        )
     )
     return _enough_seeds(rows, len(results["seeds"]))
