@@ -8,10 +8,11 @@ import normjax
 from normjax import specs
 
 
-def model_config(config, setting: str, placement: str) -> normjax.ModelConfig:
+def model_config(config, setting: str, placement: str, num_layers=None, scan_layers=False) -> normjax.ModelConfig:
     """The encoder of this study: Xiong et al.'s theory setting or the real (multi-head) model.
 
-    `placement` is a model spec (`normjax.specs`: "pre", "pre+qk_norm", "pre:scalenorm").
+    `placement` is a model spec (`normjax.specs`: "pre", "pre+qk_norm", "pre:scalenorm"); `num_layers` defaults to
+    config.num_layers; `scan_layers` compiles one layer for every depth (depth_scaling's sweep over L).
     """
     theory = setting == "theory"
     return normjax.ModelConfig(
@@ -20,8 +21,9 @@ def model_config(config, setting: str, placement: str) -> normjax.ModelConfig:
         d_model=config.d_model,
         num_heads=1 if theory else config.num_heads,
         d_ff=config.d_ff,
-        num_layers=config.num_layers,
+        num_layers=config.num_layers if num_layers is None else num_layers,
         theory=theory,
+        scan_layers=scan_layers,
         max_len=max(config.seq_len, 8),
         **specs.parse(placement).fields,
     )

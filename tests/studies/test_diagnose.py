@@ -11,9 +11,11 @@ import pytest
 
 import normjax
 from normjax.studies import runner
+from normjax.studies.diagnose import config as presets
 from normjax.studies.diagnose import measure as diagnose
 from normjax.studies.diagnose import probe as diagnose_probe
 from normjax.studies.diagnose import table as diagnose_report
+from normjax.train.config_io import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -77,6 +79,21 @@ def test_bad_placement_fails_with_the_message_and_writes_nothing(tmp_path):
     assert proc.returncode != 0
     assert "ModelConfig.placement='bogus' is invalid" in proc.stderr and "'post'" in proc.stderr
     assert not workdir.exists()
+
+
+@pytest.mark.parametrize(
+    "model, state",
+    [
+        ({"placement": "resi_dual"}, "ResiDual's pair"),
+        ({"placement": "mhc"}, "hyper-connections' n streams"),
+        ({"placement": "pre", "value_residual": True}, "SkipStream"),
+    ],
+)
+def test_multi_stream_models_are_refused_in_one_line_before_any_work(model, state):
+    values = presets.get_config("quick").to_dict()
+    values["model"] |= model
+    with pytest.raises(ConfigError, match=f"diagnose probes blocks that map one residual stream.*{state}"):
+        presets.check(values)
 
 
 def test_past_runs_are_read_defensively(tmp_path):

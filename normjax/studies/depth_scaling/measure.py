@@ -10,6 +10,7 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting
 from normjax.jacobian import fits
+from normjax.studies.encoder_models import model_config
 from normjax.studies.ffn_gradients import FFN_KERNELS, CopyTask, ffn_grad_norms
 from normjax.studies.seeds import seeds
 
@@ -20,26 +21,9 @@ THEOREM1_SLOPE = {"post": 0.0, "pre": -0.5}  # d ln||grad W_L|| / d ln L of Theo
 S2_SLOPE = -1.0  # the seed claim: "scales inversely with depth near the output layer"
 
 
-def model_config(config, setting: str, placement: str, num_layers: int) -> normjax.ModelConfig:
-    """An encoder of depth L, layers scanned so one compile per depth serves every seed."""
-    theory = setting == "theory"
-    return normjax.ModelConfig(
-        arch="encoder",
-        vocab_size=config.vocab_size,
-        d_model=config.d_model,
-        num_heads=1 if theory else config.num_heads,
-        d_ff=config.d_ff,
-        num_layers=num_layers,
-        placement=placement,
-        theory=theory,
-        scan_layers=True,
-        max_len=max(config.seq_len, 8),
-    )
-
-
 def measure(config, setting: str, placement: str, num_layers: int, seed: int) -> dict:
     """{where: {kernel: {metric: value}}} for the first and the last layer of one initialisation."""
-    cfg = model_config(config, setting, placement, num_layers)
+    cfg = model_config(config, setting, placement, num_layers, scan_layers=True)
     model = normjax.Transformer(cfg, rngs=nnx.Rngs(seed))
     task = CopyTask("encoder", config.batch_size, config.seq_len, config.vocab_size)
     norms = ffn_grad_norms(model, task, config.num_batches, seed=1000 + seed)["encoder"]

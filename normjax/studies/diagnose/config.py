@@ -102,6 +102,14 @@ def check(values: dict) -> None:
         cfg = normjax.ModelConfig(**values["model"])  # missing fields take ModelConfig's defaults
     except (TypeError, ValueError) as e:
         raise ConfigError(f"config.model: {e}") from None
+    states = {"dual": "ResiDual's pair of streams (x, d)", "hyper": "hyper-connections' n streams"}
+    for stack in cfg.stacks:
+        state = "the speedrun's SkipStream (x, x0, v1)" if cfg.has_skips else states.get(cfg.stream_kind(stack))
+        if state:
+            raise ConfigError(
+                f"config.model: diagnose probes blocks that map one residual stream, and the {stack} stack's blocks "
+                f"map {state}; probe it with normjax.probe (StackProbes) instead"
+            )
     if values["seq_len"] > cfg.max_len:
         raise ConfigError(f"config.seq_len={values['seq_len']} is longer than config.model.max_len={cfg.max_len}")
     if values["jacobian_seq_len"] > values["seq_len"]:

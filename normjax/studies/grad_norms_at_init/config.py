@@ -33,6 +33,7 @@ def _quick():
 def _standard():
     c = _quick()
     c.num_batches, c.num_seeds = 48, 5
+    c.placements += ("lns", "mhc")  # LayerNorm Scaling's and mHC's gradient profiles beside Pre-LN's (issue 22)
     # Cost, measured side by side on the 2-core CPU under load: one seed of the 24-layer decoder at 24 batches
     # (32-44 s) ~ one seed of the 6-6 model at 48 batches (35-39 s); the 6-6 + encoder arms without mixln and this
     # arm come to ~1.3x the 75.7 s of the previous :standard (3 placements, no deep arm): ~100 s.

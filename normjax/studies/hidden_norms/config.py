@@ -30,6 +30,7 @@ def _base():
 
 def _standard():
     c = _base()
+    c.placements += ("lns", "mhc")  # LayerNorm Scaling's and mHC's streams beside Pre-LN's (issue 22)
     c.batch_size, c.num_seeds = 16, 5
     return c
 
