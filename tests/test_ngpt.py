@@ -152,8 +152,8 @@ def test_runs_in_its_paper_studies(tmp_path):
     """ngpt is in the `:paper` presets of jacobian_spectrum and deep_training: both run it at a tiny size."""
     jac = ml_collections.ConfigDict(
         dict(
-            placements=("ngpt",), depths=(1, 2), vocab_size=17, d_model=8, num_heads=2, d_ff=16, seq_len=3,
-            seed=0, num_seeds=1, exact_max_n=4096, top_k=4, resolution=1e-12,
+            placements=("ngpt",), stream_placements=(), depths=(1, 2), vocab_size=17, d_model=8, num_heads=2,
+            d_ff=16, seq_len=3, seed=0, num_seeds=1, exact_max_n=4096, top_k=4, resolution=1e-12,
         )
     )  # fmt: skip
     runs = runner.run_study("jacobian_spectrum", str(tmp_path), jac, jacobian_spectrum.compute, jacobian_spectrum.plot)[

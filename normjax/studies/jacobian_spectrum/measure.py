@@ -363,13 +363,15 @@ def _plot_profiles(results: dict, study) -> list[str]:
 def _plot_block_dev(results: dict, study) -> list[str]:
     """N1: ||J_l - I||_2 per block at the largest depth (seed means, the band their min..max), log-log."""
     L = max(results["depths"])
+    shown = [p for p in ("post", "pre", "lns") if "block_dev" in results["runs"].get(p, {}).get(str(L), {})]
+    if not shown:  # results from before block_dev, or no Pre-LN-like run: no figure
+        return []
     fig, axes = plotting.figure(ncols=1, width=5.2)
-    for placement, by_depth in results["runs"].items():
-        if placement in ("pre", "lns", "post") and "block_dev" in by_depth[str(L)]:
-            dev_SL = np.asarray(by_depth[str(L)]["block_dev"]["seeds"], np.float64)
-            l1 = np.arange(1, L + 1)
-            axes[0].plot(l1, dev_SL.mean(0), **_style(placement))
-            axes[0].fill_between(l1, dev_SL.min(0), dev_SL.max(0), color=plotting.color(placement), alpha=0.2)
+    l1 = np.arange(1, L + 1)
+    for placement in shown:
+        dev_SL = np.asarray(results["runs"][placement][str(L)]["block_dev"]["seeds"], np.float64)
+        axes[0].plot(l1, dev_SL.mean(0), **_style(placement))
+        axes[0].fill_between(l1, dev_SL.min(0), dev_SL.max(0), color=plotting.color(placement), alpha=0.2)
     axes[0].axvline(L // 2 + 1, color="grey", linestyle=":", label="judged: upper half")
     axes[0].set(
         title=f"distance of each block from the identity at init, L = {L} (N1)",
