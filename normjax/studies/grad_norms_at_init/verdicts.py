@@ -273,3 +273,23 @@ def verdicts(results: dict) -> list[dict]:
         pre_highway(results),
     ]
     return require_seeds(rows, results["num_seeds"])
+
+
+def tables(results: dict) -> list[str]:
+    """Every placement's per-layer FFN gradient profile at init, reported, not judged (the 2024-26 schemes beside
+    Post-LN and Pre-LN): the slope of ln||E[grad]|| per layer and the max/min ratio over layers, per stack."""
+    lines = [
+        f"FFN gradient ({KERNEL}, {METRIC}) per layer at init, every placement and stack (reported, not judged):",
+        "",
+        "| model, stack | placement | slope of ln||grad|| per layer | max / min over layers |",
+        "|---|---|---|---|",
+    ]
+    for arch, by_placement in results["runs"].items():
+        for placement in by_placement:
+            for stack in by_placement[placement]:
+                profile = _profile(results, arch, placement, stack)
+                lines.append(
+                    f"| {_cell(arch, stack)} | {placement} | {slope(profile).text('+.3f')} | "
+                    f"{mean_ci(profile['max_over_min']).text('.2f')} |"
+                )
+    return lines + [""]

@@ -297,3 +297,24 @@ def theory_setting(results: dict) -> list[dict]:
 
 def verdicts(results: dict) -> list[dict]:
     return [lemma2(results)] + theory_setting(results) + stream_growth(results) + final_norm_half(results)
+
+
+def tables(results: dict) -> list[str]:
+    """Every placement's residual-stream growth at init, reported, not judged (the 2024-26 schemes beside the
+    others): the per-seed ||x_L||^2/||x_0||^2, linear-fit slope of ||x_l||^2/d per layer and its r^2."""
+    lines = [
+        "Residual-stream growth at init, every placement (reported, not judged; S4 and R4 judge Pre-LN and "
+        "Sandwich above). For hyper-connections (shc, dhc, mhc) the stream is the sum of the n streams, what the "
+        "read-out sees:",
+        "",
+        "| setting | placement | ||x_L||^2 / ||x_0||^2 | slope of ||x_l||^2/d per layer | r^2 |",
+        "|---|---|---|---|---|",
+    ]
+    for setting, runs in results["runs"].items():
+        for placement, run in runs.items():
+            g = run["stream_growth"]
+            lines.append(
+                f"| {setting} | {placement} | {log_ci(g['ratio_last_first']).text('.3g')} | "
+                f"{mean_ci(g['slope']).text('.3f')} | {mean_ci(g['r2']).text('.3f')} |"
+            )
+    return lines + [""]
