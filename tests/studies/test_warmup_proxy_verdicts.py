@@ -87,3 +87,14 @@ def test_w3_needs_the_qk_norm_arm_and_judges_it_at_the_top_lr():
     assert proxy_verdicts.early_logits(_results(*plain, *qk), rules.THRESHOLDS)["verdict"] == "holds"
     worse = _seeds([2.5, 2.3, 3.9], logits=[5.0, 60.0, 900.0], group="qk_norm")
     assert proxy_verdicts.early_logits(_results(*plain, *worse), rules.THRESHOLDS)["verdict"] == "does not hold"
+
+
+def test_a_diverged_run_drops_its_seed_and_never_gives_a_number():
+    curves = _seeds([2.5, 2.3, 2.8])
+    curves[0][2]["attn_logit_max"] = [[0, [1.0, float("nan")]], [10, [float("inf"), 2.0]]]
+    w1 = proxy_verdicts.logit_growth(_results(*curves), rules.THRESHOLDS)
+    assert w1["verdict"] == "inconclusive at this scale" and "(2 seeds)" in w1["measured"]
+    qk = _seeds([2.5, 2.3, 2.6], logits=FLAT, group="qk_norm")
+    qk[1][2]["final_valid_nll"] = None
+    w3 = proxy_verdicts.early_logits(_results(*_seeds([2.5, 2.3, 3.5]), *qk), rules.THRESHOLDS)
+    assert w3["verdict"] == "inconclusive at this scale" and "(2 seeds" in w3["measured"]

@@ -59,7 +59,23 @@ def _runs_by_curve(results: dict, rows: list[dict], placement: str, warmup: int)
 
 
 def _peak_attention_logit(run: dict) -> float:
-    return float(max(max(layers) for _, layers in run["attn_logit_max"]))
+    """The largest recorded attention logit; nan when any recorded value is not finite (a diverged run)."""
+    values = np.asarray([v for _, layers in run["attn_logit_max"] for v in layers], np.float64)
+    return float(values.max()) if np.all(np.isfinite(values)) else float("nan")
+
+
+def _finite_curves(curves: dict, value) -> dict:
+    """The seeds whose every run gives a finite `value(run)` (a diverged run leaves no exponent: its seed is
+    dropped, and fewer than 3 seeds make the check inconclusive)."""
+    out = {}
+    for seed, runs in curves.items():
+        try:
+            finite = all(np.isfinite(value(r)) for r in runs)
+        except TypeError:  # None: no value recorded
+            finite = False
+        if finite:
+            out[seed] = runs
+    return out
 
 
 def logit_growth(results: dict, thresholds: dict) -> dict:
@@ -81,7 +97,8 @@ def logit_growth(results: dict, thresholds: dict) -> dict:
     for w in warmups:
         curves = _runs_by_curve(results, rows, "pre", w)
         lrs = [r["lr"] for r in next(iter(curves.values()))]
-        if len(lrs) < 3:
+        curves = _finite_curves(curves, lambda r: _peak_attention_logit(r) + r["output_logit_mean"][-1][1])
+        if len(lrs) < 3 or not curves:
             continue
         exp = exponent_ci([(lrs, [_peak_attention_logit(r) for r in runs]) for runs in curves.values()])
         slope = mean_ci(
@@ -176,6 +193,8 @@ def early_logits(results: dict, thresholds: dict) -> dict:
                            "W3 needs the qk_norm sub-grid (Pre-LN with qk-layernorm over the main lrs)")  # fmt: skip
     plain = _runs_by_curve(results, main_rows(results), "pre", 0)
     qk_runs = _runs_by_curve(results, [r for r in results["runs"] if r.get("group") == QK_NORM], "pre", 0)
+    top = lambda r: _peak_attention_logit(r) + r["final_valid_nll"]  # noqa: E731 (None or nan: the seed is dropped)
+    plain, qk_runs = (_finite_curves({s: runs[-1:] for s, runs in c.items()}, top) for c in (plain, qk_runs))
     seeds = sorted(set(plain) & set(qk_runs))
     ratio = log_ci([_peak_attention_logit(qk_runs[s][-1]) / _peak_attention_logit(plain[s][-1]) for s in seeds])
     nll = mean_ci([qk_runs[s][-1]["final_valid_nll"] - plain[s][-1]["final_valid_nll"] for s in seeds])
