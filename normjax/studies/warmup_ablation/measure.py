@@ -12,7 +12,8 @@ import jax
 import numpy as np
 
 from normjax import plotting, train
-from normjax.studies.warmup_ablation.config import EDGE, TRANSLATION
+from normjax.studies.warmup_ablation import runs_code
+from normjax.studies.warmup_ablation.config import EDGE, OLMO2, QK_NORM, TRANSLATION, Z_LOSS
 from normjax.train import data_text, records
 from normjax.train.outcomes import STALL_FRACTION, stall_level
 
@@ -20,12 +21,14 @@ from normjax.train.outcomes import STALL_FRACTION, stall_level
 # an absolute target (a property of the data, the same for every run), clearly below the stall level 0.9 H.
 TARGET_FRACTION = 0.80
 FAILED = ("stalled", "diverged")
+MITIGATIONS = (QK_NORM, Z_LOSS, OLMO2)  # grids whose model differs from their placement's plain one
 
 
 def run_grid(config, folder: str, shard: tuple[int, int] = (0, 1), progress: bool = True, force: bool = False) -> dict:
     """Runs (a shard of) the sweep and its sub-grids into `folder`; finished runs are skipped, unfinished ones
-    resume."""
+    resume, runs trained by other training code are trained again (runs_code)."""
     runs = train.expand(config, jax.device_count())
+    runs_code.drop_runs_of_other_code(folder, [r.name for r in runs])
     return train.run_sweep(
         runs,
         folder,
@@ -331,8 +334,10 @@ def _plot_translation(results: dict, study) -> list[str]:
 
 
 def _curve_label(c: dict) -> str:
+    """A curve's legend: placement, warmup, optimizer, and the mitigation arm's grid (it changes the model)."""
     warm = f"warmup {c['warmup']}" if c["warmup"] else "no warmup"
-    return f"{c['placement']}, {warm}" + (f", {c['optimizer']}" if c["optimizer"] != "adam" else "")
+    label = f"{c['placement']}, {warm}" + (f", {c['optimizer']}" if c["optimizer"] != "adam" else "")
+    return label + (f" +{c['group']}" if c["group"] in MITIGATIONS else "")
 
 
 def _plot_sensitivity(results: dict, study) -> list[str]:

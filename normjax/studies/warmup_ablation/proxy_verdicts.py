@@ -8,10 +8,10 @@ from normjax.jacobian import fits
 from normjax.report import verdict_row
 from normjax.report.claims import NOT_TESTABLE
 from normjax.report.rules import Threshold, combine, exponent_ci, log_ci, mean_ci
+from normjax.studies.warmup_ablation.config import QK_NORM, Z_LOSS
 from normjax.studies.warmup_ablation.measure import main_rows, sensitivity_curves
 
 WORTSMAN = "Wortsman et al. 2023 (arXiv 2309.14322)"
-QK_NORM, Z_LOSS = "qk_norm", "z_loss"  # the sub-grids (config.sweep.grids) of the mitigation arms, if run
 
 # Merged into warmup_ablation.verdicts.THRESHOLDS, which the rules below are passed (the sensitivity table moves
 # the values there).
