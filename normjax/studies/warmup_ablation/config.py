@@ -27,11 +27,13 @@ one shape in one worker share the compiled steps: about 60 CPU-s per 600-step ru
 about twice that; the 2-2 layer d 128 translation model about 0.15 CPU-s per step at batch 32 plus its BLEU
 decoding (about 170 CPU-s per 600-step run). Validation reads 32 batches (16k bytes), not the whole split.
 quick: d 64, 2 layers, 120 steps, 3 lrs: 54 runs, about 6 CPU minutes; no translation arm (X7 not testable).
-standard: 184 runs, about 20,000 s of one worker (170 min on 2 workers: above the report's 150-minute budget,
+standard: 202 runs, about 22,500 s of one worker (190 min on 2 workers: above the report's 150-minute budget,
 so it spans two sessions; it resumes), sized by the cells that decide S5, X7 and W1-W3 (per-run wall times of the
 2026-12-02 sweep: 85 s at 6 layers, 134 s at 12, 261 s per translation run, about 280 s per mhc run):
   axes          post/pre x 5 lrs (10^-3.5 .. 10^-1.5) x warmup {0, 8H} x 3 seeds at 6 layers   60 runs
   depth         post/pre x lr {1e-3, 10^-2.5} x warmup {0, 8H} x 3 seeds at 12 layers           24 runs
+  depth_lr      post/pre x the other 3 lrs, no warmup, 3 seeds at 12 layers (full curves: W2's size part,
+                two-sided critical lrs)                                                        18 runs
   short_warmup  post/pre x 5 lrs x warmup 2H, 1 seed (the dose-response, not judged)           10 runs
   placements    sandwich, deepnorm, admin, rezero, lns, mhc x 5 lrs, no warmup, 1 seed          30 runs
   radam         post x 5 lrs, no warmup, 1 seed                                               5 runs
@@ -42,8 +44,8 @@ so it spans two sessions; it resumes), sized by the cells that decide S5, X7 and
   edge          post/pre x lr 10^-2.5 x warmup {0, 8H}, seeds 3 and 4: the cell that decides S5 at 5 seeds     8 runs
                 (added after the 3-seed grid showed Post-LN's warmup-160 cell there with every seed ok but its
                 interval straddling the stall level; the rule and its thresholds are unchanged)
-  What the budget leaves out (for :paper): the 2-layer reference depth, a 2H arm on 3 seeds, 5 lrs at 12 layers
-  (W2's size part), and 3 seeds on the placement, recipe and optimizer arms.
+  What the budget leaves out (for :paper): the 2-layer reference depth, a 2H arm on 3 seeds, warmup curves at
+  12 layers, and 3 seeds on the placement, recipe and optimizer arms.
 paper (accelerators): Xiong et al.'s Fig. 2 grid on IWSLT14 De-En (6-6 layers, d 512), lr {5e-4, 1e-3} x warmup
 {0, 500, 4000}, 50k steps, with the depth and optimizer arms at that scale.
 """
@@ -58,6 +60,7 @@ OTHER_PLACEMENTS = ("sandwich", "deepnorm", "admin", "rezero", "lns")
 EDGE, EDGE_SEEDS = "edge", 2  # the cells at the failure edge get 5 seeds in all (issue 24)
 # the mitigation arms: qk-layernorm and z-loss (Wortsman et al. 2023, W2/W3), OLMo 2's recipe (normjax.specs)
 QK_NORM, Z_LOSS, OLMO2 = "qk_norm", "z_loss", "olmo2"
+DEPTH_LR = "depth_lr"  # the depth grid's other lrs without warmup (measure.sensitivity_curves joins them to it)
 TRANSLATION = "translation"  # the sub-grid of the translation arm (measure.lm_runs leaves it out of the LM analysis)
 
 
@@ -72,17 +75,19 @@ def _seeds(config, num_seeds: int) -> list[int]:
 
 def add_grids(
     config, lrs, warmups, depths, num_seeds=NUM_SEEDS, others=OTHER_PLACEMENTS, depth_lrs=None, arm_lrs=None,
-    arm_seeds=None, short_warmups=(), translation=None, edge=None, mitigations=None,
+    arm_seeds=None, short_warmups=(), translation=None, edge=None, mitigations=None, depth_curves=False,
 ):  # fmt: skip
     """The main grid (config.sweep.axes) and the sub-grids (config.sweep.grids) of a preset. Every arm shares
     decay_start = the longest warmup (the fair control); `depths` are the other depths of the `depth` grid;
-    the depth grid runs at `depth_lrs`, the placements and RAdam arms at `arm_lrs` (default: `lrs`) with
-    `arm_seeds` seeds (default: num_seeds); `short_warmups` (a `short_warmup` grid, 1 seed) adds warmups to the
-    main grid's lr curves; `translation` (the axes of translation_axes) adds the translation arm; `edge`
-    ({placement: [...], lr: [...], warmup_steps: [...]}) adds EDGE_SEEDS more seeds to the cells at the failure edge
-    (an `edge` grid whose seeds follow the main grid's); `mitigations` ({grid name: {model field: value}}) adds,
-    per entry, a grid of the main grid's Pre-LN lr curve without warmup with those model fields (num_seeds seeds
-    for QK_NORM and Z_LOSS, which W2/W3 judge; arm_seeds for a recipe such as OLMO2)."""
+    the depth grid runs at `depth_lrs` (with `depth_curves`, a DEPTH_LR grid adds the main grid's other lrs
+    without warmup: a full lr curve per depth and two-sided critical-lr brackets); the placements and RAdam
+    arms at `arm_lrs` (default: `lrs`) with `arm_seeds` seeds (default: num_seeds); `short_warmups` (a
+    `short_warmup` grid, 1 seed) adds warmups to the main grid's lr curves; `translation` (the axes of
+    translation_axes) adds the translation arm; `edge` ({placement: [...], lr: [...], warmup_steps: [...]})
+    adds EDGE_SEEDS more seeds to the cells at the failure edge (an `edge` grid whose seeds follow the main
+    grid's); `mitigations` ({grid name: {model field: value}}) adds, per entry, the main grid's lr curve without
+    warmup with those model fields (its placement if it names one, else Pre-LN; num_seeds seeds for QK_NORM and
+    Z_LOSS, which W2/W3 judge, arm_seeds for a recipe such as OLMO2)."""
     seeds, longest = _seeds(config, num_seeds), max(warmups)
     config.train.update(schedule="warmup_then_inverse_sqrt", decay_start=longest)
     config.sweep.axes = sweep_axes(
@@ -116,6 +121,13 @@ def add_grids(
             "train.warmup_steps": [0],
             "train.seed": arm_seeds,
         },
+        DEPTH_LR: {
+            "model.placement": list(MAIN),
+            "model.num_layers": depths,
+            "train.lr": [lr for lr in lrs if lr not in (depth_lrs or lrs)],
+            "train.warmup_steps": [0],
+            "train.seed": seeds,
+        },
         TRANSLATION: (translation or {}) | {"train.seed": seeds},
         EDGE: (edge or {}) | {"train.seed": _seeds(config, num_seeds + EDGE_SEEDS)[num_seeds:]},
     }
@@ -127,7 +139,8 @@ def add_grids(
             "train.seed": seeds if name in (QK_NORM, Z_LOSS) else arm_seeds,
         }
     wanted = {
-        "depth": bool(depths), "short_warmup": bool(short_warmups), TRANSLATION: bool(translation), EDGE: bool(edge),
+        "depth": bool(depths), DEPTH_LR: bool(depths) and depth_curves, "short_warmup": bool(short_warmups),
+        TRANSLATION: bool(translation), EDGE: bool(edge),
     }  # fmt: skip
     config.sweep.grids = {name: sweep_axes(axes) for name, axes in grids.items() if wanted.get(name, True)}
     return config
@@ -199,7 +212,7 @@ def standard_scale(config):
         depth_lrs=[1e-3, 10**-2.5], others=("sandwich", "deepnorm", "admin", "rezero", "lns", "mhc"), arm_seeds=1,
         short_warmups=[2 * h], translation=translation,
         edge={"model.placement": list(MAIN), "train.lr": [10**-2.5], "train.warmup_steps": [0, 8 * h]},
-        mitigations=mitigations,
+        mitigations=mitigations, depth_curves=True,
     )  # fmt: skip
 
 

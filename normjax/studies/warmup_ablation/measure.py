@@ -13,7 +13,7 @@ import numpy as np
 
 from normjax import plotting, train
 from normjax.studies.warmup_ablation import runs_code
-from normjax.studies.warmup_ablation.config import EDGE, OLMO2, QK_NORM, TRANSLATION, Z_LOSS
+from normjax.studies.warmup_ablation.config import DEPTH_LR, EDGE, OLMO2, QK_NORM, TRANSLATION, Z_LOSS
 from normjax.train import data_text, records
 from normjax.train.outcomes import STALL_FRACTION, stall_level
 
@@ -187,8 +187,10 @@ def lr_sensitivity(finals: list[float | None], init_loss: float) -> float:
 
 
 def curve_key(r: dict) -> tuple:
-    """The runs of one lr curve: same grid, placement, depth, warmup, optimizer and seed."""
-    return (r.get("group", ""), r["placement"], r["depth"], r["warmup"], r["optimizer"], r["seed"])
+    """The runs of one lr curve: same grid (DEPTH_LR's runs extend the depth grid's), placement, depth, warmup,
+    optimizer and seed."""
+    group = r.get("group", "")
+    return ("depth" if group == DEPTH_LR else group, r["placement"], r["depth"], r["warmup"], r["optimizer"], r["seed"])
 
 
 def sensitivity_curves(results: dict) -> list[dict]:

@@ -9,6 +9,7 @@ from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE
 from normjax.report.rules import MIN_SEEDS, Threshold, mean_ci
 from normjax.studies.warmup_ablation import proxy_verdicts
+from normjax.studies.warmup_ablation.config import DEPTH_LR
 from normjax.studies.warmup_ablation.measure import (
     FAILED,
     TARGET_FRACTION,
@@ -103,7 +104,7 @@ def _bracket(crit: dict, lrs: list) -> str:
 
 def _no_warmup_rows(results: dict) -> list[dict]:
     """Runs without warmup on the main grid's schedule and Adam beta2: the main grid's and the depth_lr grid's."""
-    return [r for r in results["runs"] if r["warmup"] == 0 and r.get("group", "") in ("", "depth", "depth_lr", "edge")]
+    return [r for r in results["runs"] if r["warmup"] == 0 and r.get("group", "") in ("", "depth", DEPTH_LR, "edge")]
 
 
 def _arms(results: dict, stall_nll: float) -> list[str]:
