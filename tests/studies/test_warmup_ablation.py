@@ -239,6 +239,25 @@ def test_curves_group_seeds_and_the_answer_table_reads_them():
     assert warmup_ablation.failure_pair(results)[0]["lr"] == 1e-2  # Post-LN fails there and trains with warmup
 
 
+def test_a_mitigation_arm_is_its_own_row_and_depth_lr_extends_the_depth_curves():
+    """qk_norm's Pre-LN runs never pool with the plain Pre-LN cells; depth_lr's lrs join the depth grid's curve."""
+    runs = []
+    for seed in range(3):
+        for lr, plain, qk in ((1e-3, 2.5, 2.5), (1e-2, None, 2.4)):
+            runs.append(_run("pre", lr, 0, seed, plain) | {"init_valid_nll": 5.5, "steps_to_target": None})
+            runs.append(_run("pre", lr, 0, seed, qk, group="qk_norm") | {"init_valid_nll": 5.5, "steps_to_target": 9})
+        for lr, group in ((1e-3, "depth"), (1e-2, "depth_lr")):
+            runs.append(_run("pre", lr, 0, seed, 2.6, group=group, depth=4) | {"init_valid_nll": 5.5})
+    results = {"runs": runs, "unigram_nll": H, "stall_nll": STALL, "model": dict(TINY), "data_task": "bytes_lm"}
+    results |= {"num_steps": 60, "b2": 0.95, "schedule": "warmup_then_inverse_sqrt", "decay_start": 0}
+    table = "\n".join(answer_table(results))
+    assert "| 2 | pre | 0.001 | 0 |" in table and "| 2 | pre +qk_norm | 0.001, 0.01 | 0 |" in table
+    deep = [c for c in warmup_ablation.sensitivity_curves(results) if c["depth"] == 4]
+    assert len(deep) == 3 and all(c["group"] == "depth" and c["lrs"] == [1e-3, 1e-2] for c in deep)
+    labels = {warmup_ablation._curve_label(c) for c in warmup_ablation.sensitivity_curves(results)}
+    assert labels == {"pre, no warmup", "pre, no warmup +qk_norm"}
+
+
 def _translation(cells, stall=5.0):
     """{(placement, warmup): [final nll per seed]} -> translation-arm rows (their own stall level) beside one
     LM run at another unigram level, which the arm's rule and the LM analyses must not mix."""

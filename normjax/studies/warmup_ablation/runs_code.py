@@ -30,13 +30,17 @@ def training_code() -> str:
 
 
 def drop_runs_of_other_code(folder: str, names: list[str]) -> list[str]:
-    """Deletes the run folders `names` under `folder` unless MARKER says this training code trained them (a
-    folder without a marker holds runs of unknown code: they are deleted too), then records this code. Returns
-    the names deleted. Shards of one sweep starting together take turns (a lock), so only the first deletes."""
+    """Deletes the run folders `names` under `folder` unless MARKER says this training code trained them (no
+    marker, or a damaged one: runs of unknown code, deleted too), then records this code. Returns the names
+    deleted. Shards of one sweep starting together take turns (a lock), so only the first deletes."""
     code = training_code()
     with io.FolderLock(folder, wait=True, name=".runs_code.lock"):
         path = os.path.join(folder, MARKER)
-        saved = io.read_json(path).get("code") if os.path.exists(path) else None
+        try:
+            saved = io.read_json(path).get("code") if os.path.exists(path) else None
+        except io.CorruptFileError as e:  # damaged: which code trained the runs is unknown
+            logging.warning("%s", e)
+            saved = None
         if saved == code:
             return []
         dropped = [n for n in names if os.path.isdir(os.path.join(folder, n))]

@@ -12,6 +12,7 @@ from normjax.studies.warmup_ablation import proxy_verdicts
 from normjax.studies.warmup_ablation.config import DEPTH_LR
 from normjax.studies.warmup_ablation.measure import (
     FAILED,
+    MITIGATIONS,
     TARGET_FRACTION,
     lm_runs,
     main_rows,
@@ -238,10 +239,16 @@ def sensitivities(results: dict) -> dict:
     return {k: mean_ci([c["sensitivity"] for c in v]) for k, v in sorted(by.items(), key=str)}
 
 
+def arm_name(placement: str, group: str) -> str:
+    """A placement, or a placement with a mitigation arm's model change ("pre +qk_norm")."""
+    return placement + (f" +{group}" if group in MITIGATIONS else "")
+
+
 def sensitivity_text(results: dict) -> str:
     return "; ".join(
-        f"{p} L={d} {'warmup ' + str(w) if w else 'no warmup'}{'' if o == 'adam' else ' ' + o}: {e.text('.2f')}"
-        for (_, p, d, w, o), e in sensitivities(results).items()
+        f"{arm_name(p, g)} L={d} {'warmup ' + str(w) if w else 'no warmup'}{'' if o == 'adam' else ' ' + o}: "
+        f"{e.text('.2f')}"
+        for (g, p, d, w, o), e in sensitivities(results).items()
     )
 
 
@@ -270,8 +277,9 @@ def answer_table(results: dict) -> list[str]:
         "no warmup / best warmup | steps to target (no warmup / warmup, at the best lr) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for depth, placement in sorted({(r["depth"], r["placement"]) for r in runs}):
-        own = [r for r in runs if (r["depth"], r["placement"]) == (depth, placement)]
+    arm = lambda r: arm_name(r["placement"], r.get("group", ""))
+    for depth, placement in sorted({(r["depth"], arm(r)) for r in runs}):
+        own = [r for r in runs if (r["depth"], arm(r)) == (depth, placement)]
         trains = {
             w: [
                 lr
@@ -281,8 +289,8 @@ def answer_table(results: dict) -> list[str]:
             for w in sorted({r["warmup"] for r in own})
         }
         best = max(trains, key=lambda w: (len(trains[w]), w))
-        s0 = next((e for (g, p, d, w, o), e in sens.items() if (p, d, w) == (placement, depth, 0)), None)
-        sb = next((e for (g, p, d, w, o), e in sens.items() if (p, d, w) == (placement, depth, best)), None)
+        adam = {(arm_name(p, g), d, w): e for (g, p, d, w, o), e in reversed(sens.items()) if o == "adam"}
+        s0, sb = adam.get((placement, depth, 0)), adam.get((placement, depth, best))
         fmt = lambda lrs: ", ".join(f"{lr:g}" for lr in lrs) or "none"
         text = lambda e: e.text(".2f") if e else "-"
         lines.append(
