@@ -27,7 +27,7 @@ one shape in one worker share the compiled steps: about 60 CPU-s per 600-step ru
 about twice that; the 2-2 layer d 128 translation model about 0.15 CPU-s per step at batch 32 plus its BLEU
 decoding (about 170 CPU-s per 600-step run). Validation reads 32 batches (16k bytes), not the whole split.
 quick: d 64, 2 layers, 120 steps, 3 lrs: 54 runs, about 6 CPU minutes; no translation arm (X7 not testable).
-standard: 202 runs, about 22,500 s of one worker (190 min on 2 workers: above the report's 150-minute budget,
+standard: 206 runs, about 22,700 s of one worker (190 min on 2 workers: above the report's 150-minute budget,
 so it spans two sessions; it resumes), sized by the cells that decide S5, X7 and W1-W3 (per-run wall times of the
 2026-12-02 sweep: 85 s at 6 layers, 134 s at 12, 261 s per translation run, about 280 s per mhc run):
   axes          post/pre x 5 lrs (10^-3.5 .. 10^-1.5) x warmup {0, 8H} x 3 seeds at 6 layers   60 runs
@@ -36,6 +36,7 @@ so it spans two sessions; it resumes), sized by the cells that decide S5, X7 and
                 two-sided critical lrs)                                                        18 runs
   short_warmup  post/pre x 5 lrs x warmup 2H, 1 seed (the dose-response, not judged)           10 runs
   placements    sandwich, deepnorm, admin, rezero, lns, mhc x 5 lrs, no warmup, 1 seed          30 runs
+  side_seeds    lns x lr {1e-3, 10^-2.5}, no warmup, seeds 1 and 2 (3 seeds in all: N1's trained half)  4 runs
   radam         post x 5 lrs, no warmup, 1 seed                                               5 runs
   qk_norm       pre + per-head qk-layernorm x 5 lrs, no warmup, 3 seeds (W2, W3)              15 runs
   z_loss        pre + z-loss 1e-4 (Wortsman et al.'s coefficient) x 5 lrs, no warmup, 3 seeds (W2)   15 runs
@@ -60,6 +61,7 @@ OTHER_PLACEMENTS = ("sandwich", "deepnorm", "admin", "rezero", "lns")
 EDGE, EDGE_SEEDS = "edge", 2  # the cells at the failure edge get 5 seeds in all (issue 24)
 # the mitigation arms: qk-layernorm and z-loss (Wortsman et al. 2023, W2/W3), OLMo 2's recipe (normjax.specs)
 QK_NORM, Z_LOSS, OLMO2 = "qk_norm", "z_loss", "olmo2"
+SIDE_SEEDS = "side_seeds"  # SIDE_SEEDS_<placement>: more seeds of a placements-arm cell (pooled into its cells)
 DEPTH_LR = "depth_lr"  # the depth grid's other lrs without warmup (measure.sensitivity_curves joins them to it)
 TRANSLATION = "translation"  # the sub-grid of the translation arm (measure.lm_runs leaves it out of the LM analysis)
 
@@ -76,6 +78,7 @@ def _seeds(config, num_seeds: int) -> list[int]:
 def add_grids(
     config, lrs, warmups, depths, num_seeds=NUM_SEEDS, others=OTHER_PLACEMENTS, depth_lrs=None, arm_lrs=None,
     arm_seeds=None, short_warmups=(), translation=None, edge=None, mitigations=None, depth_curves=False,
+    side_seeds=None,
 ):  # fmt: skip
     """The main grid (config.sweep.axes) and the sub-grids (config.sweep.grids) of a preset. Every arm shares
     decay_start = the longest warmup (the fair control); `depths` are the other depths of the `depth` grid;
@@ -87,7 +90,8 @@ def add_grids(
     adds EDGE_SEEDS more seeds to the cells at the failure edge (an `edge` grid whose seeds follow the main
     grid's); `mitigations` ({grid name: {model field: value}}) adds, per entry, the main grid's lr curve without
     warmup with those model fields (its placement if it names one, else Pre-LN; num_seeds seeds for QK_NORM and
-    Z_LOSS, which W2/W3 judge, arm_seeds for a recipe such as OLMO2)."""
+    Z_LOSS, which W2/W3 judge, arm_seeds for a recipe such as OLMO2); `side_seeds` ({placement: [lr, ...]})
+    gives those placements-arm cells num_seeds seeds in all (a SIDE_SEEDS grid, no lr curve of its own)."""
     seeds, longest = _seeds(config, num_seeds), max(warmups)
     config.train.update(schedule="warmup_then_inverse_sqrt", decay_start=longest)
     config.sweep.axes = sweep_axes(
@@ -131,6 +135,13 @@ def add_grids(
         TRANSLATION: (translation or {}) | {"train.seed": seeds},
         EDGE: (edge or {}) | {"train.seed": _seeds(config, num_seeds + EDGE_SEEDS)[num_seeds:]},
     }
+    for placement, side_lrs in (side_seeds or {}).items():
+        grids[f"{SIDE_SEEDS}_{placement}"] = {
+            "model.placement": [placement],
+            "train.lr": side_lrs,
+            "train.warmup_steps": [0],
+            "train.seed": seeds[len(arm_seeds) :],
+        }
     for name, fields in (mitigations or {}).items():
         grids[name] = {f"model.{k}": [v] for k, v in fields.items()} | {
             "model.placement": [fields.get("placement", "pre")],
@@ -212,7 +223,7 @@ def standard_scale(config):
         depth_lrs=[1e-3, 10**-2.5], others=("sandwich", "deepnorm", "admin", "rezero", "lns", "mhc"), arm_seeds=1,
         short_warmups=[2 * h], translation=translation,
         edge={"model.placement": list(MAIN), "train.lr": [10**-2.5], "train.warmup_steps": [0, 8 * h]},
-        mitigations=mitigations, depth_curves=True,
+        mitigations=mitigations, depth_curves=True, side_seeds={"lns": [1e-3, 10**-2.5]},
     )  # fmt: skip
 
 

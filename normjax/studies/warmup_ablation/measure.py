@@ -13,7 +13,7 @@ import numpy as np
 
 from normjax import plotting, train
 from normjax.studies.warmup_ablation import runs_code
-from normjax.studies.warmup_ablation.config import DEPTH_LR, EDGE, OLMO2, QK_NORM, TRANSLATION, Z_LOSS
+from normjax.studies.warmup_ablation.config import DEPTH_LR, EDGE, OLMO2, QK_NORM, SIDE_SEEDS, TRANSLATION, Z_LOSS
 from normjax.train import data_text, records
 from normjax.train.outcomes import STALL_FRACTION, stall_level
 
@@ -201,7 +201,7 @@ def sensitivity_curves(results: dict) -> list[dict]:
         curves.setdefault(curve_key(r), []).append(r)
     out = []
     for (group, placement, depth, warmup, optimizer, seed), rows in sorted(curves.items(), key=str):
-        if group == EDGE:  # the edge grid's extra seeds at one lr: no curve (S5 pools them into its cells)
+        if group == EDGE or group.startswith(SIDE_SEEDS):  # extra seeds of some cells: no curve of their own
             continue
         rows = sorted(rows, key=lambda r: r["lr"])
         finals = [None if r["outcome"] == "diverged" else r["final_valid_nll"] for r in rows]
