@@ -10,6 +10,7 @@ from normjax.studies import (
     hidden_norms,
     jacobian_spectrum,
     ln_jacobian,
+    trained_layers,
     warmup_ablation,
 )
 from normjax.studies.study import Study
@@ -22,6 +23,7 @@ STUDIES: tuple[Study, ...] = (  # adding a study: its folder and one line here (
     jacobian_spectrum.STUDY,
     amplification.STUDY,
     deep_training.STUDY,
+    trained_layers.STUDY,
     warmup_ablation.STUDY,
     cost.STUDY,
     diagnose.STUDY,

@@ -6,7 +6,7 @@ import numpy as np
 
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION, NOT_TESTABLE
-from normjax.report.rules import Threshold, combine, exponent_ci, log_ci
+from normjax.report.rules import Check, Estimate, Threshold, combine, exponent_ci, log_ci
 
 # Merged into jacobian_spectrum.verdicts.THRESHOLDS, which the rules below are passed (the sensitivity table
 # moves the values there).
@@ -51,6 +51,18 @@ def _upper_half_dev(results: dict, placement: str, L: int) -> tuple[np.ndarray, 
     return np.arange(first, L) + 1.0, dev_SL[:, first:]
 
 
+def approach_and_away(l1, pre_SL, lns_SL, thresholds: dict) -> tuple[Estimate, Estimate, Estimate, list[Check]]:
+    """N1's two checks on a per-block distance from the identity over the upper half of a stack (l1 = l + 1 of
+    those blocks, one row per seed): Pre-LN's power-law exponent against l + 1 below DEV_DECAY (deep blocks
+    approach I) and LNS / Pre-LN of the upper-half mean (paired by seed) above LNS_AWAY. Returns (Pre-LN's
+    exponent, LNS's exponent, the ratio, the checks)."""
+    pre_exp = exponent_ci([(l1, row) for row in pre_SL])
+    lns_exp = exponent_ci([(l1, row) for row in lns_SL])
+    ratio = log_ci(np.mean(lns_SL, 1) / np.mean(pre_SL, 1))
+    checks = [pre_exp.below(thresholds["DEV_DECAY"].value), ratio.above(thresholds["LNS_AWAY"].value)]
+    return pre_exp, lns_exp, ratio, checks
+
+
 def lns_identity(results: dict, thresholds: dict) -> dict:
     """N1: Sun et al. 2025 (arXiv 2502.05795), "The Curse of Depth in Large Language Models".
 
@@ -63,7 +75,7 @@ def lns_identity(results: dict, thresholds: dict) -> dict:
     seeds. Judged: Pre-LN's exponent of ||J_l - I|| against l + 1 (upper half of the deepest stack) below
     DEV_DECAY, and the LNS / Pre-LN ratio of the upper-half mean above LNS_AWAY. At init LNS divides the branch
     input by sqrt(l) as well as the stream growing, so the claim's second half is read here at init only; the
-    training half needs trained checkpoints (not measured).
+    training half is the trained_layers study's row.
     """
     runs = results["runs"]
     if not {"pre", "lns"} <= set(runs):
@@ -76,10 +88,7 @@ def lns_identity(results: dict, thresholds: dict) -> dict:
     decay, away = thresholds["DEV_DECAY"].value, thresholds["LNS_AWAY"].value
     l1, pre = _upper_half_dev(results, "pre", L)
     _, lns = _upper_half_dev(results, "lns", L)
-    pre_exp = exponent_ci([(l1, row) for row in pre])
-    lns_exp = exponent_ci([(l1, row) for row in lns])
-    ratio = log_ci(lns.mean(1) / pre.mean(1))
-    checks = [pre_exp.below(decay), ratio.above(away)]
+    pre_exp, lns_exp, ratio, checks = approach_and_away(l1, pre, lns, thresholds)
     last = {p: np.asarray(runs[p][str(L)]["block_dev"]["mean"], float) for p in ("pre", "lns")}
     measured = (
         f"L = {L}, blocks {L // 2}..{L - 1}, at init: ||J_l - I||_2 ~ (l + 1)^e, Pre-LN e = {pre_exp.text('+.2f')}, "
