@@ -30,6 +30,7 @@ MAINS = (
     "jacobian_spectrum",
     "ln_jacobian",
     "train",
+    "trained_layers",
     "warmup_ablation",
 )
 HUGE = ["--config.model.d_model=65536", "--config.model.d_ff=262144", "--config.model.num_heads=8"]
@@ -125,6 +126,11 @@ CASES = [
     ("deep_training", ["--config.runs=pre:bogus"], ["config.runs", "'pre:bogus'"]),
     ("deep_training", ["--config.side_runs=pre:rmsnorm+no_bias"], ["config.side_runs[0]", "no_bias needs"]),
     ("deep_training", ["--config.early_steps=999"], ["config.early_steps=999", "longer than the run"]),
+    ("trained_layers", ["--config.runs=pre,lns"], ["config.runs", "lacks mixln"]),
+    ("trained_layers", ["--config.runs=pre,mixln,lns,bogus"], ["config.runs[3]='bogus'"]),
+    ("trained_layers", ["--config.warmup=80"], ["config.warmup=80", "num_steps=80"]),
+    ("trained_layers", ["--config.jacobian_len=99"], ["config.jacobian_len=99", "seq_len"]),
+    ("trained_layers", ["--config.num_seeds=2"], ["config.num_seeds=2"]),
     ("warmup_ablation", ["--config.train.lr=-1"], ["config.train.lr=-1.0"]),
     ("warmup_ablation", ["--config.model.placement=bogus"], ["ModelConfig.placement='bogus'"]),
     ("warmup_ablation", ["--shard=2/2"], ["--shard='2/2'"]),

@@ -114,7 +114,8 @@ REGISTRY = (
     Claim("R5", "Mix-LN (post first quarter, pre after) gives a flatter per-layer gradient profile",
           "Li et al. 2024, Mix-LN (arXiv 2412.13795)", "In a decoder-only LM, Post-LN in the first quarter of layers "
           "and Pre-LN after gives a flatter per-layer gradient profile than Pre-LN (and Post-LN); the paper measures "
-          "it during pre-training, this project at init only (the training half would need deep_training)."),
+          "it during pre-training, this project at init (grad_norms_at_init) and during a short training of a "
+          "24-layer byte LM (trained_layers)."),
     Claim("R6", "DyT gamma tanh(alpha x) + beta, alpha_0 = 0.5, can replace the norm in Pre-LN",
           "Zhu et al. 2025, Transformers without Normalization (arXiv 2503.10622)", "DyT, gamma tanh(alpha x) + beta "
           "with alpha_0 = 0.5, replaces LayerNorm in Pre-LN at about the same loss."),
@@ -136,7 +137,8 @@ REGISTRY = (
           "Sun et al. 2025, The Curse of Depth in Large Language Models (arXiv 2502.05795)", "Pre-LN's stream "
           "variance grows with depth, so the Jacobian of a deep block approaches the identity and the block "
           "contributes little; scaling each norm's output by 1/sqrt(l) (LNS) keeps the deep blocks farther from "
-          "the identity. The paper argues from training; measured here at init (||J_l - I||_2 per block)."),
+          "the identity. The paper argues from trained models; measured here at init (||J_l - I||_2 per block, "
+          "jacobian_spectrum) and after training (angular distance and ||J_l - I||_2, trained_layers)."),
     Claim("N2", "mHC: doubly stochastic H_res keeps the composite residual mapping's spectral norm <= 1",
           "Xie et al. 2025, mHC: Manifold-Constrained Hyper-Connections (DeepSeek, arXiv 2512.24880)",
           "Unconstrained hyper-connections' composite residual mapping prod_l H_res^l can grow over depth; "

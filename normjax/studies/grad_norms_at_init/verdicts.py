@@ -184,8 +184,8 @@ def mixln_flatter(results: dict) -> dict:
     against Pre-LN. Their code (pixeli99/MixLN, peft_pretraining/modeling_llama.py lines 325-333 and 565-601,
     norm_type 'post_pre', POST_NUM layers Post-LN; README line 66 POST_NUM=3 of 12 layers) has no gradient-norm
     tool (torchrun_main.py only clips). Ours: a decoder-only copy-task LM of `deep_layers` layers (>= 24, so >= 6
-    Post-LN layers) at init, LayerNorm not RMSNorm, no training: the training half is not measured here (it
-    would need the deep_training study). Flatness = ln(max/min) over layers of ||E[grad]|| of W^2 per seed.
+    Post-LN layers) at init, LayerNorm not RMSNorm, no training: the training half is the trained_layers
+    study's row. Flatness = ln(max/min) over layers of ||E[grad]|| of W^2 per seed.
     """
     prediction = "Mix-LN's per-layer gradient profile is flatter than Pre-LN's (and Post-LN's), decoder-only LM"
     flatter = THRESHOLDS["FLATTER"].value
@@ -211,7 +211,7 @@ def mixln_flatter(results: dict) -> dict:
         f"when the margin's 95% interval over seeds lies above {flatter:g}, not flatter when it lies at or below; "
         "against Pre-LN (the paper's main baseline) and Post-LN: both -> holds, one -> partly holds, neither -> does "
         "not hold, a straddling interval -> inconclusive. At init only: Li et al. measure the profile during "
-        "pre-training, which this study does not (that half needs the deep_training study)"
+        "pre-training: that half is the trained_layers study's row"
     )
     return verdict_row(
         "R5", prediction, measured, combine(checks), reason, DEEP_FIGURE, key="; ".join(keys), checks=checks
