@@ -7,6 +7,7 @@ import normjax
 from normjax import specs
 from normjax.train.config_io import ConfigError, did_you_mean
 from normjax.train.config_schema import Spec
+from normjax.train.optimizers import OPTIMIZERS
 
 POS = Spec(int, lo=1)  # sizes, counts, depths
 SEED = Spec(int, lo=0)
@@ -15,6 +16,19 @@ SETTINGS = ("theory", "real")  # Xiong et al.'s analysis setting, the real model
 DEPTHS = Spec(tuple, item=POS)
 MODEL_SPECS = Spec(tuple, item=Spec(str))  # each parsed by `normjax.specs.parse` in check_specs
 MODEL = dict(vocab_size=Spec(int, lo=2), d_model=POS, num_heads=POS, d_ff=POS)
+# The keys of the studies that train byte LMs in-process (deep_training, trained_layers): data, optimizer, the
+# divergence stop (normjax.train.TrainConfig's divergence_loss = factor * ln V after `patience` steps).
+BYTE_LM_TRAINING = dict(
+    max_bytes=POS,
+    data_seed=SEED,
+    optimizer=Spec(str, choices=OPTIMIZERS),
+    b1=Spec(float, lo=0.0, hi=1.0),
+    b2=Spec(float, lo=0.0, hi=1.0),
+    eps=POS_FLOAT,
+    divergence_factor=POS_FLOAT,
+    divergence_patience=POS,
+    divergence_check_every=POS,
+)
 
 
 def choices(*names: str) -> Spec:

@@ -11,7 +11,6 @@ from normjax.studies.presets import preset
 from normjax.train.config_io import ConfigError
 from normjax.train.config_schema import Spec
 from normjax.train.data_text import byte_vocab
-from normjax.train.optimizers import OPTIMIZERS
 
 # The :paper runs: the placements trained at depth, then option variants (no_bias only here: beta = 0 at
 # init, so at init a model without beta is the same model as with it).
@@ -92,6 +91,7 @@ def get_config(arg: str = "quick"):
 
 
 SCHEMA = dict(
+    **s.BYTE_LM_TRAINING,
     runs=s.MODEL_SPECS,
     depths=s.DEPTHS,
     side_runs=Spec(tuple, item=Spec(str), nonempty=False),
@@ -101,21 +101,12 @@ SCHEMA = dict(
     d_ff=s.POS,
     seq_len=s.POS,
     batch_size=s.POS,
-    max_bytes=s.POS,
-    data_seed=s.SEED,
     lr=s.POS_FLOAT,
     num_steps=s.POS,
-    optimizer=Spec(str, choices=OPTIMIZERS),
-    b1=Spec(float, lo=0.0, hi=1.0),
-    b2=Spec(float, lo=0.0, hi=1.0),
-    eps=s.POS_FLOAT,
     early_steps=s.POS,
     update_lr=s.POS_FLOAT,
     probe_every=s.POS,
     final_window=s.POS,
-    divergence_factor=s.POS_FLOAT,
-    divergence_patience=s.POS,
-    divergence_check_every=s.POS,
     s7_depths=Spec(tuple, item=s.POS, nonempty=False),  # () skips S7
     s7_lrs=Spec(tuple, item=s.POS_FLOAT),
     s7_warmup=s.SEED,

@@ -11,7 +11,6 @@ from normjax.studies.presets import preset
 from normjax.train.config_io import ConfigError
 from normjax.train.config_schema import Spec
 from normjax.train.data_text import byte_vocab
-from normjax.train.optimizers import OPTIMIZERS
 
 REQUIRED = ("pre", "mixln", "lns")  # R5 compares mixln with pre (and post); N1 lns with pre
 
@@ -64,6 +63,7 @@ def get_config(arg: str = "quick"):
 
 
 SCHEMA = dict(
+    **s.BYTE_LM_TRAINING,
     runs=s.MODEL_SPECS,
     depth=Spec(int, lo=4),
     d_model=s.POS,
@@ -71,22 +71,13 @@ SCHEMA = dict(
     d_ff=s.POS,
     seq_len=Spec(int, lo=2),
     batch_size=s.POS,
-    max_bytes=s.POS,
-    data_seed=s.SEED,
     lr=s.POS_FLOAT,
     warmup=s.SEED,
     num_steps=s.POS,
-    optimizer=Spec(str, choices=OPTIMIZERS),
-    b1=Spec(float, lo=0.0, hi=1.0),
-    b2=Spec(float, lo=0.0, hi=1.0),
-    eps=s.POS_FLOAT,
     probe_every=s.POS,
     probe_batches=s.POS,
     jacobian_len=s.POS,
     final_window=s.POS,
-    divergence_factor=s.POS_FLOAT,
-    divergence_patience=s.POS,
-    divergence_check_every=s.POS,
     seed=s.SEED,
     num_seeds=Spec(int, lo=3),
 )
