@@ -1,4 +1,4 @@
-"""deep_training's runs: the byte-level LM, its data and schedule, one training run with its probes."""
+"""deep_training's runs: the byte-level LM, one training run with its probes (data and hparams: studies.byte_lm)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import normjax
 from normjax import specs
 from normjax import train as nt
 from normjax.probes.param_probes import model_update
-from normjax.train import job
+from normjax.studies.byte_lm import data, hparams
 from normjax.train.loop import run_steps
 
 BETA_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel", "attn/value/kernel", "attn/out/kernel")  # DeepNorm's beta
@@ -38,32 +38,6 @@ def model_config(config, run: str, depth: int) -> normjax.ModelConfig:
         max_len=config.seq_len,
         **specs.parse(run).fields,
     )
-
-
-@functools.lru_cache(maxsize=2)
-def _corpus(max_bytes: int) -> dict:
-    return nt.load_byte_corpus(max_bytes=max_bytes)
-
-
-def data(config, seed: int):
-    """(training batches in seed `seed`'s order, the fixed held-out batch x on which F(x, theta_t) is probed)."""
-    corpus, spec = _corpus(config.max_bytes), nt.BatchSpec(batch_size=config.batch_size)
-    train = nt.LMBatches(corpus["train"], config.seq_len, spec, seed=config.data_seed + seed)
-    return train, nt.LMBatches(corpus["valid"], config.seq_len, spec, shuffle=False).batch(0)
-
-
-def hparams(config, vocab_size: int, lr: float, warmup: int, num_steps: int) -> dict:
-    """Linear warmup over `warmup` steps (0: lr from the first update), no clipping, smoothing or weight decay."""
-    train = nt.TrainConfig(
-        lr=lr,
-        warmup_steps=warmup,
-        num_steps=num_steps,
-        end_lr=lr,
-        label_smoothing=0.0,
-        divergence_loss=config.divergence_factor * math.log(vocab_size),
-        divergence_patience=config.divergence_patience,
-    )  # warmup_init_lr, weight_decay, clip_norm, decay_start: 0 (TrainConfig's defaults)
-    return job.train_hparams(train, config.d_model, vocab_size)
 
 
 def probe_steps(config) -> list[int]:

@@ -8,7 +8,7 @@ import numpy as np
 from tqdm import tqdm
 
 from normjax import plotting, specs
-from normjax.studies.deep_training.runs import data
+from normjax.studies.byte_lm import data
 from normjax.studies.seeds import seeds as seed_list
 from normjax.studies.trained_layers.runs import probe_steps, train_run
 from normjax.train.data_text import byte_corpus_record

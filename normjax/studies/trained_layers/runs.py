@@ -14,7 +14,7 @@ from flax import nnx
 import normjax
 from normjax import jacobian, specs
 from normjax import train as nt
-from normjax.studies.deep_training.runs import data, hparams
+from normjax.studies.byte_lm import data, hparams
 from normjax.train.loop import run_steps
 
 STACK = "decoder"
