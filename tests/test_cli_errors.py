@@ -128,7 +128,7 @@ CASES = [
     ("deep_training", ["--config.early_steps=999"], ["config.early_steps=999", "longer than the run"]),
     ("trained_layers", ["--config.runs=pre,lns"], ["config.runs", "lacks mixln"]),
     ("trained_layers", ["--config.runs=pre,mixln,lns,bogus"], ["config.runs[3]='bogus'"]),
-    ("trained_layers", ["--config.warmup=80"], ["config.warmup=80", "num_steps=80"]),
+    ("trained_layers", ["--config.warmup=40"], ["config.warmup=40", "num_steps=40"]),
     ("trained_layers", ["--config.jacobian_len=99"], ["config.jacobian_len=99", "seq_len"]),
     ("trained_layers", ["--config.num_seeds=2"], ["config.num_seeds=2"]),
     ("warmup_ablation", ["--config.train.lr=-1"], ["config.train.lr=-1.0"]),
