@@ -176,10 +176,10 @@ def test_r5_against_pre_first_then_post():
     assert _verdicts(_results(GROWS, FLAT, deep={"post": post, "mixln": pre}))["R5"] == "not testable at this scale"
 
 
-def test_r5_row_says_the_training_half_is_not_measured():
+def test_r5_row_says_its_training_half_is_trained_layers_row():
     rows = judge("grad_norms_at_init", _results(GROWS, FLAT, deep={"pre": [0.5] * 3, "mixln": [0.4, 0.41, 0.42]}))
     r5 = next(row for row in rows if row["claim"] == "R5")
-    assert "at init" in r5["measured"] and "deep_training" in r5["reason"] and "during pre-training" in r5["reason"]
+    assert "at init" in r5["measured"] and "trained_layers" in r5["reason"] and "during pre-training" in r5["reason"]
 
 
 def test_rules_with_fewer_than_three_seeds_say_so():
