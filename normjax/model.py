@@ -148,12 +148,18 @@ class Stack(nnx.Module):
             y, recs = block(x, ctx, k, logit_stats=record)
             return y, ({"stream": x} | recs if record else {})
 
+        layers = self.layers
+        if self.remat or self.scanned:
+            # nnx.remat and nnx.scan refuse a Variable made in an outer trace, such as a constant (LNS's lns_scale,
+            # the value residual's `first`) merged from a State that jax.grad closes over; the blocks never write
+            # their state in a forward pass, so the transforms get a copy of the layers made in this trace
+            layers = nnx.merge(*nnx.split(self.layers), copy=True)
         if self.remat:
             call = nnx.remat(call)
         if not self.scanned:
             records = []
             for l in range(start, stop):
-                x, rec = call(self.layers[l], x, None if key is None else layer_keys[l])
+                x, rec = call(layers[l], x, None if key is None else layer_keys[l])
                 records.append(rec)
             return x, records
         if (start, stop) != (0, self.depth):  # a slice of a scanned stack: per-block copies
@@ -168,7 +174,7 @@ class Stack(nnx.Module):
             return call(block, x, None if key is None else k)
 
         keys = layer_keys if key is not None else jnp.zeros((self.depth,))
-        x, stacked = body(x, self.layers, keys)
+        x, stacked = body(x, layers, keys)
         return x, [jax.tree.map(lambda a, l=l: a[l], stacked) for l in range(self.depth)]
 
     def initial_state(self, x):

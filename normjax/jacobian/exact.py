@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from normjax.jacobian import checks, traced
+from normjax.jacobian import checks, jaxpr_eval, traced
 
 MODES = ("fwd", "rev")
 # Peak bytes of an exact path per entry of J: J, jacfwd's/jacrev's stacked output before the transpose
@@ -93,12 +93,12 @@ ROUNDING_DRAWS = 2
 def _rounding_impl(fn, args, x_N, J_MN, mode):
     closed = jax.make_jaxpr(lambda a, z: flat_jacobian(functools.partial(fn, a), z, mode)[0])(args, x_N)
     flat_args = jax.tree.leaves((args, x_N))
-    draws = [traced.perturbed_eval(closed, flat_args, seed) for seed in range(ROUNDING_DRAWS)]
+    draws = [jaxpr_eval.perturbed_eval(closed, flat_args, seed) for seed in range(ROUNDING_DRAWS)]
     return jnp.max(jnp.stack([jnp.linalg.norm(J_s - J_MN) for J_s in draws]))
 
 
 def rounding_estimate(conv: traced.Converted, J_MN: jax.Array, mode: str = "fwd") -> float:
-    """max over ROUNDING_DRAWS Monte Carlo arithmetic draws of the computation of J (`traced.perturbed_eval`)
+    """max over ROUNDING_DRAWS Monte Carlo arithmetic draws of the computation of J (`jaxpr_eval.perturbed_eval`)
     of ||J_draw - J||_F.
 
     An estimate of ||J_computed - J|| (Frobenius, above the spectral norm) that follows the function's

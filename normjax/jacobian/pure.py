@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from normjax.jacobian import checks, exact, krylov, traced
+from normjax.jacobian import checks, exact, krylov, structure, traced
 
 DEFAULT_POWER_ITERS = 500  # as the host-level power iteration
 METHODS = ("lanczos", "power")
@@ -53,7 +53,7 @@ def flat(f: Callable, x: Any, params: Any = None) -> Flat:
         traced.check_output(y)
         return ravel_pytree(y)[0]
 
-    dtype, precision = traced.dtypes(jax.make_jaxpr(g0)(x_N))
+    dtype, precision = structure.dtypes(jax.make_jaxpr(g0)(x_N))
 
     def g(z_N):
         return g0(z_N.astype(x_N.dtype)).astype(dtype)

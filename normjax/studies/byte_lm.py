@@ -1,12 +1,29 @@
-"""The byte-level LM that the studies training in-process share (deep_training, trained_layers): data, hparams."""
+"""The byte LM that the studies training in-process share (deep_training, trained_layers): model, data, hparams."""
 
 from __future__ import annotations
 
 import functools
 import math
 
+import normjax
+from normjax import specs
 from normjax import train as nt
 from normjax.train import job
+
+
+def model_config(config, run: str, depth: int, scan_layers: bool) -> normjax.ModelConfig:
+    """The decoder-only byte LM at `depth`; `run` is a model spec (`normjax.specs`: "pre", "pre:dyt", "mixln")."""
+    return normjax.ModelConfig(
+        arch="decoder",
+        vocab_size=len(nt.byte_vocab()),
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        d_ff=config.d_ff,
+        num_layers=depth,
+        scan_layers=scan_layers,
+        max_len=config.seq_len,
+        **specs.parse(run).fields,
+    )
 
 
 @functools.lru_cache(maxsize=2)

@@ -59,7 +59,7 @@ def test_trained_layers_smoke(tiny):
 def test_block_dev_and_angular_match_an_exact_recomputation():
     """||J_l - I||_2 (Lanczos) against the dense Jacobian's, and the angular distance against numpy on the streams."""
     config = _tiny()
-    model = normjax.Transformer(runs.model_config(config, "lns"), rngs=nnx.Rngs(3))
+    model = normjax.Transformer(runs.model_config(config, "lns", config.depth, scan_layers=False), rngs=nnx.Rngs(3))
     batch = runs.held_out_batches(config)[0]
     tokens = batch["tokens"][0, : config.jacobian_len]
     x = normjax.embed(model, tokens[None], runs.STACK)[0]

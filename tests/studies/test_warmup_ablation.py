@@ -9,6 +9,8 @@ from normjax.report import VERDICTS
 from normjax.report.claims import CONSTRUCTION
 from normjax.studies import runner
 from normjax.studies.judge import judge
+from normjax.studies.warmup_ablation import curves as lr_curves
+from normjax.studies.warmup_ablation import figures
 from normjax.studies.warmup_ablation import measure as warmup_ablation
 from normjax.studies.warmup_ablation.verdicts import answer_table, critical_lrs, warmup_sensitivity
 from normjax.train import job, schedules
@@ -211,13 +213,13 @@ def test_every_compared_pair_of_arms_has_the_same_lr_after_the_longer_warmup():
 def test_lr_sensitivity_of_synthetic_curves():
     """Wortsman et al.'s metric: the mean gap to the curve's best, failed runs counted at the init loss."""
     init = 5.5
-    assert warmup_ablation.lr_sensitivity([2.0, 2.0, 2.0], init) == 0.0  # flat: insensitive
-    assert warmup_ablation.lr_sensitivity([2.0, 3.0, 4.0], init) == pytest.approx(1.0)
+    assert lr_curves.lr_sensitivity([2.0, 2.0, 2.0], init) == 0.0  # flat: insensitive
+    assert lr_curves.lr_sensitivity([2.0, 3.0, 4.0], init) == pytest.approx(1.0)
     # one lr trains, the others diverge (None) or end above the init loss: they count at the init loss
-    assert warmup_ablation.lr_sensitivity([None, 2.0, 9.0], init) == pytest.approx((2 * init + 2.0) / 3 - 2.0)
-    assert warmup_ablation.lr_sensitivity([float("nan"), 2.5], init) == pytest.approx((init + 2.5) / 2 - 2.5)
-    wide = warmup_ablation.lr_sensitivity([2.0, 2.1, 2.2, 2.4, 2.9], init)
-    narrow = warmup_ablation.lr_sensitivity([2.0, 2.1, 5.0, None, None], init)
+    assert lr_curves.lr_sensitivity([None, 2.0, 9.0], init) == pytest.approx((2 * init + 2.0) / 3 - 2.0)
+    assert lr_curves.lr_sensitivity([float("nan"), 2.5], init) == pytest.approx((init + 2.5) / 2 - 2.5)
+    wide = lr_curves.lr_sensitivity([2.0, 2.1, 2.2, 2.4, 2.9], init)
+    narrow = lr_curves.lr_sensitivity([2.0, 2.1, 5.0, None, None], init)
     assert wide < narrow  # a curve that trains over more of the range is less sensitive
 
 
@@ -230,13 +232,13 @@ def test_curves_group_seeds_and_the_answer_table_reads_them():
                 runs.append(run | {"init_valid_nll": 5.5, "steps_to_target": 50 if nll else None})
     results = {"runs": runs, "unigram_nll": H, "stall_nll": STALL, "model": dict(TINY), "data_task": "bytes_lm"}
     results |= {"num_steps": 60, "b2": 0.95, "schedule": "warmup_then_inverse_sqrt", "decay_start": 20}
-    curves = warmup_ablation.sensitivity_curves(results)
+    curves = lr_curves.sensitivity_curves(results)
     assert len(curves) == 9 and all(len(c["lrs"]) == 2 for c in curves)
     post0 = [c for c in curves if (c["placement"], c["warmup"]) == ("post", 0)]
     assert all(c["sensitivity"] == pytest.approx((5.5 + 2.5) / 2 - 2.5) for c in post0)
     table = "\n".join(answer_table(results))
     assert "| 2 | post | 0.001 | 20 | 0.001, 0.01 |" in table and "| 2 | pre | 0.001, 0.01 | 0 |" in table
-    assert warmup_ablation.failure_pair(results)[0]["lr"] == 1e-2  # Post-LN fails there and trains with warmup
+    assert figures.failure_pair(results)[0]["lr"] == 1e-2  # Post-LN fails there and trains with warmup
 
 
 def test_a_mitigation_arm_is_its_own_row_and_depth_lr_extends_the_depth_curves():
@@ -252,9 +254,9 @@ def test_a_mitigation_arm_is_its_own_row_and_depth_lr_extends_the_depth_curves()
     results |= {"num_steps": 60, "b2": 0.95, "schedule": "warmup_then_inverse_sqrt", "decay_start": 0}
     table = "\n".join(answer_table(results))
     assert "| 2 | pre | 0.001 | 0 |" in table and "| 2 | pre +qk_norm | 0.001, 0.01 | 0 |" in table
-    deep = [c for c in warmup_ablation.sensitivity_curves(results) if c["depth"] == 4]
+    deep = [c for c in lr_curves.sensitivity_curves(results) if c["depth"] == 4]
     assert len(deep) == 3 and all(c["group"] == "depth" and c["lrs"] == [1e-3, 1e-2] for c in deep)
-    labels = {warmup_ablation._curve_label(c) for c in warmup_ablation.sensitivity_curves(results)}
+    labels = {figures._curve_label(c) for c in lr_curves.sensitivity_curves(results)}
     assert labels == {"pre, no warmup", "pre, no warmup +qk_norm"}
 
 
@@ -284,8 +286,31 @@ def test_x7_on_the_translation_arm_uses_its_own_stall_level(post0, post_w, pre0,
     from normjax.studies.warmup_ablation.verdicts import translation_verdict
 
     results = _translation({("post", 0): post0, ("post", 200): post_w, ("pre", 0): pre0, ("pre", 200): pre0})
-    rows = warmup_ablation.translation_runs(results)
-    assert len(rows) == 12 and len(warmup_ablation.lm_runs(results)) == 1  # the LM analyses leave the arm out
+    rows = lr_curves.translation_runs(results)
+    assert len(rows) == 12 and len(lr_curves.lm_runs(results)) == 1  # the LM analyses leave the arm out
     row = translation_verdict(results, rows)
     assert row["verdict"] == verdict
     assert "stall level 5.0" in row["reason"]  # the arm's level (its BPE tokens), not the byte LM's 3.6
+
+
+def test_low_lr_runs_close_the_critical_lr_bracket_count_for_s5_and_draw_no_curve():
+    """Post-LN fails at the depth curve's lowest lr: the low_lr grid's trained cell below it gives the bracket a
+    lower end, its warmup cell counts as a rescue, and its runs join no lr curve (every depth's spans one range)."""
+    cells = {
+        ("post", 1e-3, 0, "depth"): STUCK, ("pre", 1e-3, 0, "depth"): TRAINED, ("post", 1e-3, 20, "depth"): TRAINED,
+        ("post", 1e-4, 0, "low_lr"): TRAINED, ("pre", 1e-4, 0, "low_lr"): TRAINED,
+        ("post", 1e-4, 20, "low_lr"): TRAINED, ("post", 1e-2, 0, "depth_lr"): STUCK,
+    }  # fmt: skip
+    runs = [
+        _run(p, lr, w, s, nll, group=g, depth=4) | {"init_valid_nll": 5.5}
+        for (p, lr, w, g), finals in cells.items()
+        for s, nll in enumerate(finals)
+    ]
+    runs += [_run(p, 1e-3, w, s, 2.5) for p in ("post", "pre") for w in (0, 20) for s in range(3)]  # the main grid
+    results = {"runs": runs, "unigram_nll": H, "stall_nll": STALL, "model": dict(TINY), "data_task": "synthetic"}
+    row = warmup_sensitivity(results)
+    assert row["numbers"]["critical_lr"]["post"]["4"] == {"lower": 1e-4, "upper": 1e-3, "state": "fails"}
+    assert row["numbers"]["cells_showing_effect"] == [[4, 1e-3]]
+    assert [4, 1e-3] in row["numbers"]["cells_rescued_by_warmup"]
+    deep = [c for c in lr_curves.sensitivity_curves(results) if c["depth"] == 4 and c["warmup"] == 0]
+    assert deep and all(c["lrs"] == [1e-3, 1e-2] for c in deep if c["placement"] == "post")

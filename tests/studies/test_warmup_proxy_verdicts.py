@@ -5,7 +5,7 @@ import numpy as np
 from normjax.report.claims import NOT_TESTABLE
 from normjax.studies.warmup_ablation import proxy_verdicts
 from normjax.studies.warmup_ablation import verdicts as rules
-from normjax.studies.warmup_ablation.measure import lr_sensitivity
+from normjax.studies.warmup_ablation.curves import lr_sensitivity
 
 LRS = [1e-4, 1e-3, 1e-2]
 INIT = 5.5

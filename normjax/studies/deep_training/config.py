@@ -56,7 +56,7 @@ def _base():
     # S7 (DeepNorm half): the largest of s7_lrs at which Post-LN trains at min(s7_depths) with s7_warmup steps of
     # linear warmup then s7_schedule ("constant" reuses the compiled steps of the runs above), then post and
     # deepnorm at every s7 depth with that lr and warmup.
-    c.s7_depths, c.s7_lrs, c.s7_warmup, c.s7_steps, c.s7_schedule = (6, 18), (1e-3,), 30, 300, "constant"
+    c.s7_depths, c.s7_lrs, c.s7_warmup, c.s7_steps, c.s7_schedule = (6, 18), (1e-3,), 30, 150, "constant"
     c.seed, c.num_seeds = 0, 3  # seeds seed .. seed + num_seeds - 1: init, dropout and data order
     return c
 

@@ -15,29 +15,11 @@ import normjax
 from normjax import specs
 from normjax import train as nt
 from normjax.probes.param_probes import model_update
-from normjax.studies.byte_lm import data, hparams
+from normjax.studies.byte_lm import data, hparams, model_config
 from normjax.train.loop import run_steps
 
 BETA_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel", "attn/value/kernel", "attn/out/kernel")  # DeepNorm's beta
 UNSCALED_KERNELS = ("attn/query/kernel", "attn/key/kernel")
-
-
-def model_config(config, run: str, depth: int) -> normjax.ModelConfig:
-    """The decoder-only byte LM of this study (scanned layers: one compile per run and depth, whatever the seed).
-
-    `run` is a model spec (`normjax.specs`: "pre", "pre:dyt", "post+no_bias").
-    """
-    return normjax.ModelConfig(
-        arch="decoder",
-        vocab_size=len(nt.byte_vocab()),
-        d_model=config.d_model,
-        num_heads=config.num_heads,
-        d_ff=config.d_ff,
-        num_layers=depth,
-        scan_layers=True,
-        max_len=config.seq_len,
-        **specs.parse(run).fields,
-    )
 
 
 def probe_steps(config) -> list[int]:
@@ -155,7 +137,7 @@ def train_run(config, run: str, depth: int, seed: int, schedule: dict | None = N
     at update_lr from the same init (D2's regime). With `schedule` (S7: {"lr", "warmup", "num_steps", "kind"}):
     that run only, probed at its first and last step.
     """
-    cfg = model_config(config, run, depth)
+    cfg = model_config(config, run, depth, scan_layers=True)  # one compile per run and depth, whatever the seed
     model = normjax.Transformer(cfg, rngs=nnx.Rngs(seed))
     batches, fixed = data(config, seed)
     init = init_record(model, run, fixed["tokens"][:2])

@@ -13,7 +13,7 @@ def _base():
     c = ml_collections.ConfigDict()
     c.placements = ("post", "pre")
     c.settings = ("theory", "real")
-    c.depths = (6, 12, 24, 48)
+    c.depths = (6, 12, 24)
     c.vocab_size = 256
     c.d_model, c.num_heads, c.d_ff = 64, 4, 256
     c.batch_size, c.seq_len = 8, 16

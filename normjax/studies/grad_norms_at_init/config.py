@@ -22,9 +22,9 @@ def _quick():
     c.batch_size, c.seq_len = 8, 32
     c.num_batches = 24  # ||E[grad]|| over this many batches per seed (the paper: 100)
     c.seed, c.num_seeds = 0, 3  # seeds seed .. seed + num_seeds - 1: verdicts from their mean and 95% interval
-    # R5 in Mix-LN's setting: a decoder-only LM at init, deep enough for 6 Post-LN layers (floor(24 / 4); Li et
-    # al.'s LLaMA-71M has 12 layers and POST_NUM=3). Mix-LN against Pre-LN first, then Post-LN.
-    c.deep_layers = 24
+    # R5 in Mix-LN's setting: a decoder-only LM at init (Li et al.'s LLaMA-71M has 12 layers and POST_NUM=3; the
+    # other presets use 24, deep enough for 6 Post-LN layers, floor(24 / 4)). Mix-LN against Pre-LN, then Post-LN.
+    c.deep_layers = 12
     c.deep_placements = ("pre", "mixln", "post")
     c.deep_num_batches = 8
     return c
@@ -37,7 +37,7 @@ def _standard():
     # Cost, measured side by side on the 2-core CPU under load: one seed of the 24-layer decoder at 24 batches
     # (32-44 s) ~ one seed of the 6-6 model at 48 batches (35-39 s); the 6-6 + encoder arms without mixln and this
     # arm come to ~1.3x the 75.7 s of the previous :standard (3 placements, no deep arm): ~100 s.
-    c.deep_num_batches = 24
+    c.deep_layers, c.deep_num_batches = 24, 24
     return c
 
 
@@ -46,7 +46,7 @@ def _paper():
     c.placements = PAPER_SPECS
     c.vocab_size, c.d_model, c.num_heads, c.d_ff = 10000, 512, 4, 1024  # IWSLT model (X8)
     c.batch_size, c.seq_len, c.num_batches, c.num_seeds = 32, 64, 100, 5
-    c.deep_num_batches = 100
+    c.deep_layers, c.deep_num_batches = 24, 100
     return c
 
 

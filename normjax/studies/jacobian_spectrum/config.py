@@ -20,7 +20,7 @@ def _quick():
     c = ml_collections.ConfigDict()
     c.placements = ("post", "pre", "rezero", "deepnorm", "lns")  # R1, R2, S3, S7 need post, pre, rezero; N1 lns
     c.stream_placements = ("shc", "mhc")  # N2: the composite residual mapping prod_l H_res (streams.py)
-    c.depths = (4, 12, 32)  # each product's SVD costs: L = 64 alone took 12 s of CPU per model
+    c.depths = (4, 12, 24)  # each product's SVD costs: L = 64 alone took 12 s of CPU per model
     c.vocab_size = 256
     c.d_model, c.num_heads, c.d_ff = 32, 4, 128
     c.seq_len = 8  # one sequence: the Jacobians are (seq_len * d_model) square

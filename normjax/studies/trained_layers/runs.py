@@ -12,27 +12,12 @@ import numpy as np
 from flax import nnx
 
 import normjax
-from normjax import jacobian, specs
+from normjax import jacobian
 from normjax import train as nt
-from normjax.studies.byte_lm import data, hparams
+from normjax.studies.byte_lm import data, hparams, model_config
 from normjax.train.loop import run_steps
 
 STACK = "decoder"
-
-
-def model_config(config, run: str) -> normjax.ModelConfig:
-    """The decoder-only byte LM at config.depth, layers unscanned: mixln wires its layers differently, and a
-    scanned LNS stack does not trace under jax.grad in this normjax (its per-layer 1/sqrt(l) is a plain Variable)."""
-    return normjax.ModelConfig(
-        arch="decoder",
-        vocab_size=len(nt.byte_vocab()),
-        d_model=config.d_model,
-        num_heads=config.num_heads,
-        d_ff=config.d_ff,
-        num_layers=config.depth,
-        max_len=config.seq_len,
-        **specs.parse(run).fields,
-    )
 
 
 @functools.lru_cache(maxsize=2)
@@ -105,7 +90,7 @@ def _probe(spec, state, held_out: list[dict]) -> dict:
 def train_run(config, run: str, seed: int) -> dict:
     """Trains one model (init, data order from `seed`): config.num_steps at config.lr after config.warmup steps
     of linear warmup (then constant), probed at probe_steps; ||J_l - I||_2 per block at init and at the end."""
-    cfg = model_config(config, run)
+    cfg = model_config(config, run, config.depth, scan_layers=False)  # mixln's layers are wired differently
     model = normjax.Transformer(cfg, rngs=nnx.Rngs(seed))
     batches, held_out = data(config, seed)[0], held_out_batches(config)
     jac_tokens = held_out[0]["tokens"][0, : config.jacobian_len]

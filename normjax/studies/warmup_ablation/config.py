@@ -26,14 +26,18 @@ Measured cost (2026-12-02, this 2-core CPU, one process, the other core lightly 
 one shape in one worker share the compiled steps: about 60 CPU-s per 600-step run after the first); 12 layers
 about twice that; the 2-2 layer d 128 translation model about 0.15 CPU-s per step at batch 32 plus its BLEU
 decoding (about 170 CPU-s per 600-step run). Validation reads 32 batches (16k bytes), not the whole split.
-quick: d 64, 2 layers, 120 steps, 3 lrs: 54 runs, about 6 CPU minutes; no translation arm (X7 not testable).
-standard: 206 runs, about 22,700 s of one worker (190 min on 2 workers: above the report's 150-minute budget,
+quick: d 64, 2 layers, 120 steps, 3 lrs: 42 runs, about 5 CPU minutes; no depth grid, no translation arm (X7 not
+testable).
+standard: 224 runs, about 25,100 s of one worker (210 min on 2 workers: above the report's 150-minute budget,
 so it spans two sessions; it resumes), sized by the cells that decide S5, X7 and W1-W3 (per-run wall times of the
 2026-12-02 sweep: 85 s at 6 layers, 134 s at 12, 261 s per translation run, about 280 s per mhc run):
   axes          post/pre x 5 lrs (10^-3.5 .. 10^-1.5) x warmup {0, 8H} x 3 seeds at 6 layers   60 runs
-  depth         post/pre x lr {1e-3, 10^-2.5} x warmup {0, 8H} x 3 seeds at 12 layers           24 runs
-  depth_lr      post/pre x the other 3 lrs, no warmup, 3 seeds at 12 layers (full curves: W2's size part,
-                two-sided critical lrs)                                                        18 runs
+  depth         post/pre x lr {10^-3.5, 1e-3, 10^-2.5} x warmup {0, 8H} x 3 seeds at 12 layers  36 runs
+  depth_lr      post/pre x the other 2 lrs, no warmup, 3 seeds at 12 layers (full curves: W2's size part,
+                two-sided critical lrs)                                                        12 runs
+  low_lr        post/pre x lr 1e-4 x warmup {0, 8H} x 3 seeds at 12 layers: Post-LN fails at 12 layers
+                without warmup at the lowest lr of the curve, 10^-3.5 (2026-12-02 sweep), so its critical
+                lr needs a lower bracket (no curve of its own: every depth's curve spans the same lrs)   12 runs
   short_warmup  post/pre x 5 lrs x warmup 2H, 1 seed (the dose-response, not judged)           10 runs
   placements    sandwich, deepnorm, admin, rezero, lns, mhc x 5 lrs, no warmup, 1 seed          30 runs
   side_seeds    lns x lr {1e-3, 10^-2.5}, no warmup, seeds 1 and 2 (3 seeds in all: N1's trained half)  4 runs
@@ -63,6 +67,7 @@ EDGE, EDGE_SEEDS = "edge", 2  # the cells at the failure edge get 5 seeds in all
 QK_NORM, Z_LOSS, OLMO2 = "qk_norm", "z_loss", "olmo2"
 SIDE_SEEDS = "side_seeds"  # SIDE_SEEDS_<placement>: more seeds of a placements-arm cell (pooled into its cells)
 DEPTH_LR = "depth_lr"  # the depth grid's other lrs without warmup (measure.sensitivity_curves joins them to it)
+LOW_LR = "low_lr"  # lrs below the main grid's at the other depths: closes the critical-lr brackets from below
 TRANSLATION = "translation"  # the sub-grid of the translation arm (measure.lm_runs leaves it out of the LM analysis)
 
 
@@ -78,7 +83,7 @@ def _seeds(config, num_seeds: int) -> list[int]:
 def add_grids(
     config, lrs, warmups, depths, num_seeds=NUM_SEEDS, others=OTHER_PLACEMENTS, depth_lrs=None, arm_lrs=None,
     arm_seeds=None, short_warmups=(), translation=None, edge=None, mitigations=None, depth_curves=False,
-    side_seeds=None,
+    side_seeds=None, low_lrs=(),
 ):  # fmt: skip
     """The main grid (config.sweep.axes) and the sub-grids (config.sweep.grids) of a preset. Every arm shares
     decay_start = the longest warmup (the fair control); `depths` are the other depths of the `depth` grid;
@@ -91,7 +96,9 @@ def add_grids(
     grid's); `mitigations` ({grid name: {model field: value}}) adds, per entry, the main grid's lr curve without
     warmup with those model fields (its placement if it names one, else Pre-LN; num_seeds seeds for QK_NORM and
     Z_LOSS, which W2/W3 judge, arm_seeds for a recipe such as OLMO2); `side_seeds` ({placement: [lr, ...]})
-    gives those placements-arm cells num_seeds seeds in all (a SIDE_SEEDS grid, no lr curve of its own)."""
+    gives those placements-arm cells num_seeds seeds in all (a SIDE_SEEDS grid, no lr curve of its own);
+    `low_lrs` (a LOW_LR grid: Post-LN and Pre-LN at `depths`, without warmup and with the longest, no lr curve of
+    its own, so every depth's curve spans the same lrs) brackets a critical lr that the lowest lr does not."""
     seeds, longest = _seeds(config, num_seeds), max(warmups)
     config.train.update(schedule="warmup_then_inverse_sqrt", decay_start=longest)
     config.sweep.axes = sweep_axes(
@@ -132,6 +139,13 @@ def add_grids(
             "train.warmup_steps": [0],
             "train.seed": seeds,
         },
+        LOW_LR: {
+            "model.placement": list(MAIN),
+            "model.num_layers": depths,
+            "train.lr": list(low_lrs),
+            "train.warmup_steps": [0, longest],
+            "train.seed": seeds,
+        },
         TRANSLATION: (translation or {}) | {"train.seed": seeds},
         EDGE: (edge or {}) | {"train.seed": _seeds(config, num_seeds + EDGE_SEEDS)[num_seeds:]},
     }
@@ -151,7 +165,7 @@ def add_grids(
         }
     wanted = {
         "depth": bool(depths), DEPTH_LR: bool(depths) and depth_curves, "short_warmup": bool(short_warmups),
-        TRANSLATION: bool(translation), EDGE: bool(edge),
+        TRANSLATION: bool(translation), EDGE: bool(edge), LOW_LR: bool(depths) and bool(low_lrs),
     }  # fmt: skip
     config.sweep.grids = {name: sweep_axes(axes) for name, axes in grids.items() if wanted.get(name, True)}
     return config
@@ -201,12 +215,12 @@ def _byte_lm(config, d_model, d_ff, num_layers, num_steps, batch_size, seq_len):
 
 
 def quick_scale(config):
-    """d 64, 2 layers (4 in `depth`), 120 steps (3x the warmup of 40 = 2H), 3 lrs a decade apart."""
+    """d 64, 2 layers, 120 steps (3x the warmup of 40 = 2H), 3 lrs a decade apart; no depth grid (the README's
+    15-minute budget)."""
     config = _byte_lm(config, d_model=64, d_ff=256, num_layers=2, num_steps=120, batch_size=8, seq_len=64)
     h = horizon(config.train.b2)
     return add_grids(
-        config, lrs=[1e-3, 1e-2, 1e-1], warmups=[0, 2 * h], depths=[4], others=("deepnorm",), depth_lrs=[1e-2],
-        arm_lrs=[1e-2],
+        config, lrs=[1e-3, 1e-2, 1e-1], warmups=[0, 2 * h], depths=[], others=("deepnorm",), arm_lrs=[1e-2],
     )  # fmt: skip
 
 
@@ -220,8 +234,8 @@ def standard_scale(config):
     mitigations = {QK_NORM: {"qk_norm": True}, Z_LOSS: {"z_loss": 1e-4}, OLMO2: specs.parse(OLMO2).fields}
     return add_grids(
         config, lrs=[10 ** (k / 2) for k in range(-7, -2)], warmups=[0, 8 * h], depths=[12],
-        depth_lrs=[1e-3, 10**-2.5], others=("sandwich", "deepnorm", "admin", "rezero", "lns", "mhc"), arm_seeds=1,
-        short_warmups=[2 * h], translation=translation,
+        depth_lrs=[10**-3.5, 1e-3, 10**-2.5], low_lrs=[1e-4], arm_seeds=1, short_warmups=[2 * h],
+        others=("sandwich", "deepnorm", "admin", "rezero", "lns", "mhc"), translation=translation,
         edge={"model.placement": list(MAIN), "train.lr": [10**-2.5], "train.warmup_steps": [0, 8 * h]},
         mitigations=mitigations, depth_curves=True, side_seeds={"lns": [1e-3, 10**-2.5]},
     )  # fmt: skip

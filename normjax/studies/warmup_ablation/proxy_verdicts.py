@@ -9,7 +9,7 @@ from normjax.report import verdict_row
 from normjax.report.claims import NOT_TESTABLE
 from normjax.report.rules import Threshold, combine, exponent_ci, log_ci, mean_ci
 from normjax.studies.warmup_ablation.config import QK_NORM, Z_LOSS
-from normjax.studies.warmup_ablation.measure import main_rows, sensitivity_curves
+from normjax.studies.warmup_ablation.curves import main_rows, sensitivity_curves
 
 WORTSMAN = "Wortsman et al. 2023 (arXiv 2309.14322)"
 

@@ -9,16 +9,16 @@ from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE
 from normjax.report.rules import MIN_SEEDS, Threshold, mean_ci
 from normjax.studies.warmup_ablation import proxy_verdicts
-from normjax.studies.warmup_ablation.config import DEPTH_LR
-from normjax.studies.warmup_ablation.measure import (
+from normjax.studies.warmup_ablation.config import DEPTH_LR, EDGE, LOW_LR
+from normjax.studies.warmup_ablation.curves import (
     FAILED,
     MITIGATIONS,
-    TARGET_FRACTION,
     lm_runs,
     main_rows,
     sensitivity_curves,
     translation_runs,
 )
+from normjax.studies.warmup_ablation.measure import TARGET_FRACTION
 from normjax.train.outcomes import STALL_FRACTION, STALL_WHY
 
 THRESHOLDS = {
@@ -36,6 +36,7 @@ THRESHOLDS = {
         "seeds (the failure edge, where seed-to-seed spread reached 0.5 nats in the earlier grid) decide nothing",
     ),
 } | proxy_verdicts.THRESHOLDS
+PLAIN_GRIDS = ("depth", EDGE, LOW_LR)  # Post-LN and Pre-LN with and without warmup, beside the main grid
 X8_SETTINGS = {"num_layers": 6, "d_model": 512, "d_ff": 1024, "num_heads": 4, "dropout": 0.1}
 
 
@@ -104,8 +105,9 @@ def _bracket(crit: dict, lrs: list) -> str:
 
 
 def _no_warmup_rows(results: dict) -> list[dict]:
-    """Runs without warmup on the main grid's schedule and Adam beta2: the main grid's and the depth_lr grid's."""
-    return [r for r in results["runs"] if r["warmup"] == 0 and r.get("group", "") in ("", "depth", DEPTH_LR, "edge")]
+    """Runs without warmup on the main grid's schedule and Adam beta2: the main, depth, depth_lr, edge and low_lr
+    grids'."""
+    return [r for r in results["runs"] if r["warmup"] == 0 and r.get("group", "") in ("", *PLAIN_GRIDS, DEPTH_LR)]
 
 
 def _arms(results: dict, stall_nll: float) -> list[str]:
@@ -164,7 +166,7 @@ def warmup_sensitivity(results: dict) -> dict:
             shown.append((depth, lr))
         if pre_state == "fails" and post_state == "trains":
             contrary.append((depth, lr))
-    grid = [r for r in results["runs"] if r.get("group", "") in ("", "depth", "edge") and r["optimizer"] == "adam"]
+    grid = [r for r in results["runs"] if r.get("group", "") in ("", *PLAIN_GRIDS) and r["optimizer"] == "adam"]
     longest = max(r["warmup"] for r in grid)
     rescued, tried = [], []
     for depth, lr in sorted({(r["depth"], r["lr"]) for r in grid if r["placement"] == "post"}):
