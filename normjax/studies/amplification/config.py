@@ -24,7 +24,7 @@ from normjax.train.data_text import byte_vocab
 def _quick():
     c = ml_collections.ConfigDict()
     c.placements = ("post", "pre", "admin", "admin_profiled")
-    c.depths = (2, 6, 16)  # layers; N = 2 L residual sublayers: 4, 12, 32
+    c.depths = (2, 6, 16, 36)  # layers; N = 2 L residual sublayers: 4, 12, 32, 72
     c.vocab_size = 260  # the byte LM's vocabulary (256 bytes + 4 specials)
     c.d_model, c.num_heads, c.d_ff = 32, 4, 128
     c.batch_size, c.seq_len = 4, 16

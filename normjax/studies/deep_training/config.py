@@ -34,7 +34,7 @@ PAPER_SPECS = (
 
 
 def _base():
-    """`:quick`, the base of the others: DeepNet Fig. 5's 2 heads at d 32 (about 140 CPU seconds)."""
+    """`:quick`, the base of the others: DeepNet Fig. 5's 2 heads at d 32 (158 s of wall time on the 2 cores)."""
     c = ml_collections.ConfigDict()
     c.runs = ("post", "pre", "deepnorm")  # trained at every depth; specs as in normjax.specs ("pre:dyt")
     c.depths = (6, 18)

@@ -26,8 +26,7 @@ Measured cost (2026-12-02, this 2-core CPU, one process, the other core lightly 
 one shape in one worker share the compiled steps: about 60 CPU-s per 600-step run after the first); 12 layers
 about twice that; the 2-2 layer d 128 translation model about 0.15 CPU-s per step at batch 32 plus its BLEU
 decoding (about 170 CPU-s per 600-step run). Validation reads 32 batches (16k bytes), not the whole split.
-quick: d 64, 2 layers, 120 steps, 3 lrs: 42 runs, about 5 CPU minutes; no depth grid, no translation arm (X7 not
-testable).
+quick: d 64, 2 layers, 120 steps, 3 lrs: 54 runs, about 3 minutes on the 2 cores; no translation arm (X7 not testable).
 standard: 224 runs, about 25,100 s of one worker (210 min on 2 workers: above the report's 150-minute budget,
 so it spans two sessions; it resumes), sized by the cells that decide S5, X7 and W1-W3 (per-run wall times of the
 2026-12-02 sweep: 85 s at 6 layers, 134 s at 12, 261 s per translation run, about 280 s per mhc run):
@@ -215,12 +214,15 @@ def _byte_lm(config, d_model, d_ff, num_layers, num_steps, batch_size, seq_len):
 
 
 def quick_scale(config):
-    """d 64, 2 layers, 120 steps (3x the warmup of 40 = 2H), 3 lrs a decade apart; no depth grid (the README's
-    15-minute budget)."""
+    """d 64, 2 layers (4 in `depth`), 120 steps (3x the warmup of 40 = 2H), 3 lrs a decade apart; 32 held-out
+    batches per eval, logs every 20 steps and diagnostics every 40 (the README's 15-minute budget)."""
     config = _byte_lm(config, d_model=64, d_ff=256, num_layers=2, num_steps=120, batch_size=8, seq_len=64)
+    config.train.update(log_every=20, diag_every=40)
+    config.data.valid_batches = 32  # as at :standard (the default 0 reads the whole held-out split at every eval)
     h = horizon(config.train.b2)
     return add_grids(
-        config, lrs=[1e-3, 1e-2, 1e-1], warmups=[0, 2 * h], depths=[], others=("deepnorm",), arm_lrs=[1e-2],
+        config, lrs=[1e-3, 1e-2, 1e-1], warmups=[0, 2 * h], depths=[4], others=("deepnorm",), depth_lrs=[1e-2],
+        arm_lrs=[1e-2],
     )  # fmt: skip
 
 

@@ -5,14 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from normjax import plotting
-from normjax.studies.warmup_ablation.curves import (
-    FAILED,
-    MITIGATIONS,
-    lm_runs,
-    main_rows,
-    sensitivity_curves,
-    translation_runs,
-)
+from normjax.studies.warmup_ablation import curves as runs_of
 
 
 def _grid(rows, placement):
@@ -26,14 +19,14 @@ def _grid(rows, placement):
             cell = [r for r in rows if r["placement"] == placement and r["lr"] == lr and r["warmup"] == w]
             finals = [r["final_valid_nll"] for r in cell if r["outcome"] != "diverged" and r["final_valid_nll"]]
             nll[i, j] = np.mean(finals) if finals else np.nan
-            counts = {o: sum(r["outcome"] == o for r in cell) for o in FAILED}
+            counts = {o: sum(r["outcome"] == o for r in cell) for o in runs_of.FAILED}
             marks = " ".join(f"{n}{o[:3]}" for o, n in counts.items() if n)
             text[i, j] = ("-" if np.isnan(nll[i, j]) else f"{nll[i, j]:.2f}") + (f"\n{marks}" if marks else "")
     return lrs, warmups, nll, text
 
 
 def plot(results: dict, study) -> list[str]:
-    rows = main_rows(results) or results["runs"]
+    rows = runs_of.main_rows(results) or results["runs"]
     placements = sorted({r["placement"] for r in rows})
     lrs = sorted({r["lr"] for r in rows})
     fig, axes = plotting.figure(ncols=len(placements), nrows=len(lrs), width=3.6, height=2.6)
@@ -45,7 +38,7 @@ def plot(results: dict, study) -> list[str]:
         steps, values = zip(*r["train_nll"], strict=True) if r["train_nll"] else ((), ())
         label = f"warmup {r['warmup']}" if (id(ax), r["warmup"]) not in labelled else None
         labelled.add((id(ax), r["warmup"]))
-        style = {"linestyle": "--"} if r["outcome"] in FAILED else {}
+        style = {"linestyle": "--"} if r["outcome"] in runs_of.FAILED else {}
         ax.plot(
             steps,
             [np.nan if v is None else v for v in values],
@@ -97,7 +90,7 @@ def plot(results: dict, study) -> list[str]:
         paths += _plot_no_warmup(results, study)
     if all("init_valid_nll" in r for r in results["runs"]):  # results from before the lr curves have none
         paths += _plot_sensitivity(results, study) + _plot_failure(results, study)
-    if translation_runs(results):
+    if runs_of.translation_runs(results):
         paths += _plot_translation(results, study)
     return paths
 
@@ -105,7 +98,7 @@ def plot(results: dict, study) -> list[str]:
 def _plot_translation(results: dict, study) -> list[str]:
     """The translation arm: valid nll against steps, one panel per placement, one line per run (dashed without
     warmup), its final test BLEU in the legend; the unigram level of the target tokens dotted."""
-    rows = translation_runs(results)
+    rows = runs_of.translation_runs(results)
     placements = sorted({r["placement"] for r in rows})
     fig, axes = plotting.figure(ncols=len(placements), width=4.0, height=3.0)
     for ax, placement in zip(axes, placements, strict=True):
@@ -132,13 +125,13 @@ def _curve_label(c: dict) -> str:
     """A curve's legend: placement, warmup, optimizer, and the mitigation arm's grid (it changes the model)."""
     warm = f"warmup {c['warmup']}" if c["warmup"] else "no warmup"
     label = f"{c['placement']}, {warm}" + (f", {c['optimizer']}" if c["optimizer"] != "adam" else "")
-    return label + (f" +{c['group']}" if c["group"] in MITIGATIONS else "")
+    return label + (f" +{c['group']}" if c["group"] in runs_of.MITIGATIONS else "")
 
 
 def _plot_sensitivity(results: dict, study) -> list[str]:
     """Final valid nll against peak lr (Wortsman et al. 2023's Fig. 1 axes), one panel per depth: the seeds'
     mean of min(final, init) (a failed run at the init loss) with their range, dashed without warmup."""
-    curves = sensitivity_curves(results)
+    curves = runs_of.sensitivity_curves(results)
     if not curves:  # one lr per cell (e.g. an override of train.lr): no curve to draw
         return []
     depths = sorted({c["depth"] for c in curves})
@@ -174,10 +167,10 @@ def _plot_sensitivity(results: dict, study) -> list[str]:
 def failure_pair(results: dict) -> tuple[dict, dict] | None:
     """(failed, healthy): Post-LN without warmup that stalled or diverged, and the same lr, depth and seed with the
     longest warmup that trained (the lowest such lr), or None."""
-    runs = [r for r in lm_runs(results) if r["placement"] == "post" and r["optimizer"] == "adam"]
+    runs = [r for r in runs_of.lm_runs(results) if r["placement"] == "post" and r["optimizer"] == "adam"]
     longest = max((r["warmup"] for r in runs), default=0)
     for r in sorted(runs, key=lambda r: (r["lr"], r["depth"], r["seed"])):
-        if r["warmup"] == 0 and r["outcome"] in FAILED:
+        if r["warmup"] == 0 and r["outcome"] in runs_of.FAILED:
             twin = [
                 w for w in runs
                 if w["warmup"] == longest > 0 and w["outcome"] == "ok"
@@ -224,7 +217,7 @@ def _arm(r: dict) -> str:
 def _plot_no_warmup(results: dict, study) -> list[str]:
     """Every cell without warmup (depth x lr, schedule and optimizer arms): one dot per seed, failed runs hollow,
     against the unigram and stall levels."""
-    rows = [r for r in lm_runs(results) if r["warmup"] == 0]
+    rows = [r for r in runs_of.lm_runs(results) if r["warmup"] == 0]
     placements = sorted({r["placement"] for r in rows})
     fig, axes = plotting.figure(ncols=len(placements), width=max(4.0, 0.55 * len({_arm(r) for r in rows})), height=3)
     for ax, placement in zip(axes, placements, strict=True):
@@ -232,7 +225,7 @@ def _plot_no_warmup(results: dict, study) -> list[str]:
         arms = sorted({_arm(r) for r in own})
         for r in own:
             nll = r["final_valid_nll"] if r["outcome"] != "diverged" and r["final_valid_nll"] else np.nan
-            failed = r["outcome"] in FAILED
+            failed = r["outcome"] in runs_of.FAILED
             color = plotting.color(placement)
             x = arms.index(_arm(r)) + 0.08 * (r["seed"] % 3 - 1)
             ax.plot(x, nll, "o", mfc="none" if failed else color, mec=color, ms=5)
