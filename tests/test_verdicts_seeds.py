@@ -6,6 +6,7 @@ import pytest
 
 from normjax.report.rules import PILOT_SEED
 from normjax.studies import STUDIES
+from normjax.threshold import SOURCES
 
 PRESETS = ("quick", "standard", "paper")
 
@@ -42,3 +43,11 @@ def test_no_judged_seed_is_a_pilot_seed(study, preset):
 def test_the_seed_walk_finds_nested_and_swept_seeds():
     config = {"seed": 0, "num_seeds": 3, "train": {"seed": 998}, "grid": {"train.seed": [1000, 1001]}}
     assert judged_seeds(config, 2) == {0, 1, 2, 998, 999, 1000, 1001}
+
+
+@pytest.mark.parametrize("study", [s for s in STUDIES if s.thresholds], ids=lambda s: s.name)
+def test_every_threshold_names_its_source_and_a_pilot_one_its_pilot_seeds(study):
+    for name, threshold in study.thresholds.items():
+        assert threshold.source in SOURCES, f"{study.name}.{name}: source {threshold.source!r} not in {list(SOURCES)}"
+        if threshold.source == "pilot":
+            assert "pilot seeds" in threshold.why, f"{study.name}.{name}: a pilot threshold gives the pilot's numbers"

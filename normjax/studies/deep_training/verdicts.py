@@ -19,27 +19,34 @@ THRESHOLDS = {
     "POST_GROWTH_SLOPE": Threshold(
         0.2,
         "log-log slope of Post-LN's early update against depth that counts as growing (0.2: x1.25 over 6 -> 18 "
-        "layers); the whole 95% interval over seeds must lie above it (:quick: 0.70 [-0.35, 1.74], 3 seeds)",
-        source="judged seeds",
+        "layers); the whole 95% interval over seeds must lie above it (:quick: 0.70 [-0.35, 1.74], 3 seeds; pilot "
+        "seeds 1000-1002 at :standard: 0.47 [-0.13, 1.08], inconclusive: 3 seeds cannot resolve this slope)",
+        source="pilot",
     ),
     "FLAT_SLOPE": Threshold(
         0.2,
-        "|log-log slope| of DeepNorm's early update that counts as flat (same scale; :quick: 0.62 [0.58, 0.65])",
-        source="judged seeds",
+        "|log-log slope| of DeepNorm's early update that counts as flat (same scale; :quick: 0.62 [0.58, 0.65]; "
+        "pilot seeds 1000-1002 at :standard: 0.60 [0.54, 0.66], contradicted far from the threshold)",
+        source="pilot",
     ),
     "EXPLODING": Threshold(
         1.0,
         "first update at the training lr, ||F(x, theta_1) - F(x, theta_0)|| / ||F(x, theta_0)||, that counts as "
-        "exploding: the output moves by its own size (:quick Post-LN, 18 layers: 1.09 [0.66, 1.51])",
-        source="judged seeds",
+        "exploding: the output moves by its own size (:quick Post-LN, 18 layers: 1.09 [0.66, 1.51]; pilot seeds "
+        "1000-1002 at :standard, 24 layers: 1.20 [1.14, 1.27], lower end 0.14 above the threshold)",
+        source="pilot",
     ),
     "LN_INPUT_LARGE": Threshold(
         LN_INPUT_LARGE,
-        "LN-input ||x||/sqrt(d) that counts as >> sqrt(d) (1 at init; :quick peak 2.71 [2.46, 2.96])",
-        source="judged seeds",
+        "LN-input ||x||/sqrt(d) that counts as >> sqrt(d) (1 at init; :quick peak 2.71 [2.46, 2.96]; pilot seeds "
+        "1000-1002 at :standard, 24 layers: 2.93 [2.15, 3.99], knife-edge: the interval straddles it)",
+        source="pilot",
     ),
     "LN_INPUT_GROWTH": Threshold(
-        2.0, "LN-input peak over its init value that counts as grown (:quick 1.63 [1.37, 1.89])", source="judged seeds"
+        2.0,
+        "LN-input peak over its init value that counts as grown (:quick 1.63 [1.37, 1.89]; pilot seeds 1000-1002 at "
+        ":standard, 24 layers: 1.80 [1.38, 2.34], knife-edge: the interval straddles it)",
+        source="pilot",
     ),
     "GRAD_VANISHED": Threshold(
         1e-2,
@@ -51,8 +58,11 @@ THRESHOLDS = {
         STALL_MARGIN,
         "nats: a final loss above H(p) minus this, H(p) the unigram entropy of the training stream, is a stall (the "
         "model learnt little beyond byte frequencies); at :quick stalled runs end within 0.17 of H(p) (3.12-3.30 vs "
-        "3.13), trained ones 0.23-0.63 below it (seed-to-seed spread about 0.1); a diverged seed counts at H(p)",
-        source="judged seeds",
+        "3.13), trained ones 0.23-0.63 below it (seed-to-seed spread about 0.1); pilot seeds 1000-1002 at "
+        ":standard: stalled runs (Post-LN at 12 and 24 layers, and at 18 and 36 in S7) within 0.03 of H(p) = 3.13, "
+        "trained ones 0.22-0.62 below it (the closest: Post-LN at 6 layers, 0.22-0.24); a diverged seed counts at "
+        "H(p)",
+        source="pilot",
     ),
     "DEGRADE": Threshold(
         0.05,

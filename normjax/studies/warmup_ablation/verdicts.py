@@ -22,18 +22,20 @@ from normjax.studies.warmup_ablation.measure import TARGET_FRACTION
 from normjax.train.outcomes import STALL_FRACTION, STALL_WHY
 
 THRESHOLDS = {
-    "STALL_FRACTION": Threshold(STALL_FRACTION, STALL_WHY),
+    "STALL_FRACTION": Threshold(STALL_FRACTION, STALL_WHY, source="convention"),
     "TARGET_FRACTION": Threshold(
         TARGET_FRACTION,
         "steps-to-target counts the steps until the train nll is <= 0.8 H: an absolute level (the data's unigram "
         "entropy H, the same for every run) a tenth of H below the stall level; at quick the Pre-LN runs and "
         "Post-LN with warmup reach it in 50-140 of 150 steps, Post-LN at lr 0.01 without warmup (0.83 H) does not",
+        source="convention",
     ),
     "MIN_SEEDS": Threshold(
         MIN_SEEDS,
         "a cell 'fails' only when every one of its >= 3 seeds stalled or diverged, and 'trains' only when every "
         "seed ended ok and the 95% interval of the seeds' final nll lies below the stall level; cells with mixed "
         "seeds (the failure edge, where seed-to-seed spread reached 0.5 nats in the earlier grid) decide nothing",
+        source="convention",
     ),
 } | proxy_verdicts.THRESHOLDS
 PLAIN_GRIDS = ("depth", EDGE, LOW_LR)  # Post-LN and Pre-LN with and without warmup, beside the main grid
