@@ -193,3 +193,11 @@ def test_two_seeds_are_not_a_verdict():
     results["seeds"] = [0, 1]
     rows = _rows(results)
     assert all(row["verdict"] == "not testable at this scale" for row in rows.values())
+
+
+def test_s7_says_when_post_ln_fails_by_stalling_at_the_unigram_level():
+    results = _results()
+    assert "stalled at the unigram predictor" not in _rows(results)["S7"]["measured"]  # 2.65: degraded, not stalled
+    results["s7"]["summary"]["post"]["18"] = _entry((H, H + 0.01, H - 0.01))
+    measured = _rows(results)["S7"]["measured"]
+    assert "stalled at the unigram predictor: final loss - H(p) L=18: +0.000 [" in measured

@@ -301,6 +301,7 @@ def deepnorm_depth(results: dict) -> list[dict]:
             for d in deeper
         )
         + f"; Post-LN fails at L = {[int(d) for d in failing]}"
+        + _stalled_at_unigram({d: effective(post[d], unigram) for d in failing if post_loss[d].above(stall)}, unigram)
     )
     rule = (
         f"Post-LN fails at a depth when its loss ratio's interval lies above {1 + _t('DEGRADE'):g} or its loss "
@@ -338,6 +339,14 @@ def deepnorm_depth(results: dict) -> list[dict]:
             lr=s7["lr"],
         )
     ]
+
+
+def _stalled_at_unigram(losses: dict, unigram: float) -> str:
+    """Where Post-LN stalls its final loss is the unigram predictor's at every depth (so are its ratios): said so."""
+    if not losses:
+        return ""
+    gaps = ", ".join(f"L={d}: {mean_ci(np.asarray(x) - unigram).text('+.3f')}" for d, x in losses.items())
+    return f" (stalled at the unigram predictor: final loss - H(p) {gaps}, hence the same ratio at each of them)"
 
 
 def _enough_seeds(rows: list[dict], n: int) -> list[dict]:
