@@ -9,7 +9,7 @@ from normjax.train.config_io import default_config, sweep_axes
 
 
 def _fake_package(root):
-    for rel in ("model.py", "train/steps.py", "studies/x/measure.py", "report/table.py", "plotting.py"):
+    for rel in ("model.py", "train/steps.py", "studies/x/measure.py", "report/table.py", "plotting.py", "threshold.py"):
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# {rel}\n")
@@ -19,7 +19,7 @@ def _fake_package(root):
 def test_training_code_changes_with_training_files_only(tmp_path, monkeypatch):
     monkeypatch.setattr(runs_code, "_PACKAGE", str(_fake_package(tmp_path / "normjax")))
     before = runs_code.training_code()
-    for rel in ("studies/x/measure.py", "report/table.py", "plotting.py"):
+    for rel in ("studies/x/measure.py", "report/table.py", "plotting.py", "threshold.py"):
         (tmp_path / "normjax" / rel).write_text("# an analysis change\n")
         assert runs_code.training_code() == before, rel
     for rel in ("model.py", "train/steps.py"):

@@ -11,12 +11,13 @@ from normjax import io
 
 MARKER = "runs_code.json"  # beside the run folders: {"code": the training_code() they were trained by}
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # normjax/
-_NOT_TRAINING = ("studies", "report", "plotting.py")  # analysis and figures: they never change a trained run
+_NOT_TRAINING = ("studies", "report", "plotting.py", "threshold.py")  # analysis, figures, rules' thresholds
 
 
 def training_code() -> str:
-    """sha256 (16 hex) of every normjax source file outside the studies, the report and plotting: all the code
-    that can change what a run trains (model, train, data, jacobian), lazily imported modules included."""
+    """sha256 (16 hex) of every normjax source file outside the studies, the report, plotting and the rules'
+    thresholds: all the code that can change what a run trains (model, train, data, jacobian), lazily imported
+    modules included."""
     digest = hashlib.sha256()
     for root, dirs, files in os.walk(_PACKAGE):
         dirs[:] = sorted(d for d in dirs if not (root == _PACKAGE and d in _NOT_TRAINING) and d != "__pycache__")
