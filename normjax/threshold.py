@@ -10,8 +10,6 @@ SOURCES = {
     "convention": "an effect size chosen before the data (e.g. 2x, 10%), not read off any seed",
     "pilot": "an effect size fixed before the judged run, then checked unchanged on pilot seeds (1000 on, never "
     "judged) at the same preset: `why` gives the pilot's numbers and says where the value is knife-edge on them",
-    "judged seeds": "set near values measured on seeds that the presets also judge (to be re-derived from pilot "
-    "seeds >= 1000)",
 }
 
 

@@ -257,8 +257,8 @@ def test_header_wall_time_is_the_sum_of_the_studies_with_their_sweeps(tmp_path, 
     _study(tmp_path, "beta", [verdict_row("S6", "same", "1.0", "holds", "r")])
     write_json(str(tmp_path / "beta" / "sweep.json"), {"runs": [{"summary": {"wall_time_s": 58.0}}, {"summary": {}}]})
     text = _report(tmp_path)
-    assert "1.0 min of study wall time, sweeps included" in text  # 1 + 1 + 58 s
-    assert "Wall time 59 s (1 s analysis + 58 s of sweep runs)" in text
+    assert "1.0 min of study time, each sweep's runs summed over its workers" in text  # 1 + 1 + 58 s
+    assert "Time 59 s (1 s analysis + 58 s of sweep runs, summed over its workers)" in text
 
 
 def test_results_json_lists_only_figures_that_exist_and_records_provenance(tmp_path):

@@ -64,8 +64,8 @@ def load_results(workdir: str) -> dict[str, dict]:
 
 
 def study_wall_time(path: str, saved: dict) -> float:
-    """Seconds a study took: its results.json's wall time plus its sweep's runs (`sweep.json` beside it, whose
-    runs train before the analysis that writes results.json)."""
+    """Seconds a study took: its results.json's wall time plus its sweep's runs' wall times, summed
+    (`sweep.json` beside it, whose runs train before the analysis that writes results.json)."""
     total = float(saved.get("wall_time_s") or 0.0)
     sweep = os.path.join(os.path.dirname(path), "sweep.json")
     if os.path.exists(sweep):
@@ -218,11 +218,11 @@ def _existing(workdir: str, name: str, files) -> list[str]:
 def study_section(name: str, saved: dict, workdir: str = "") -> list[str]:
     results = saved.get("results", {})
     wall, own = saved.get("study_wall_time_s", saved.get("wall_time_s") or 0.0), saved.get("wall_time_s") or 0.0
-    sweep = f" ({own:.0f} s analysis + {wall - own:.0f} s of sweep runs)" if wall > own else ""
+    sweep = f" ({own:.0f} s analysis + {wall - own:.0f} s of sweep runs, summed over its workers)" if wall > own else ""
     lines = [
         f"### {name}",
         "",
-        f"Wall time {wall:.0f} s{sweep} on {saved.get('machine', {}).get('platform', 'unknown machine')}.",
+        f"Time {wall:.0f} s{sweep} on {saved.get('machine', {}).get('platform', 'unknown machine')}.",
         "",
     ]
     if results.get("discussion"):
@@ -239,7 +239,8 @@ def study_section(name: str, saved: dict, workdir: str = "") -> list[str]:
 
 def build_report(workdir: str, wall_time_s: float | None = None) -> str:
     """Writes WORKDIR/REPORT.md and returns its path. The header's wall time is the sum of the studies' own
-    (each with its sweep); `wall_time_s` (the whole run's, e.g. reproduce.sh's) is shown beside it."""
+    (each with its sweep's runs, summed over the sweep's parallel workers: more than the elapsed time when they
+    ran in parallel); `wall_time_s` (the whole run's elapsed time, e.g. reproduce.sh's) is shown beside it."""
     studies = load_results(workdir)
     for name, saved in studies.items():
         existing = set(_existing(workdir, name, [r["figure"] for r in saved["verdicts"] if r.get("figure")]))
@@ -247,7 +248,8 @@ def build_report(workdir: str, wall_time_s: float | None = None) -> str:
     rows = collect_rows(studies)
     verdicts = claim_verdicts(rows)
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")
-    wall = f"{sum(s['study_wall_time_s'] for s in studies.values()) / 60:.1f} min of study wall time, sweeps included"
+    total_min = sum(s["study_wall_time_s"] for s in studies.values()) / 60
+    wall = f"{total_min:.1f} min of study time, each sweep's runs summed over its workers"
     if wall_time_s is not None:
         wall += f"; the whole run took {wall_time_s / 60:.1f} min"
     lines = [
