@@ -237,8 +237,28 @@ def test_curves_group_seeds_and_the_answer_table_reads_them():
     post0 = [c for c in curves if (c["placement"], c["warmup"]) == ("post", 0)]
     assert all(c["sensitivity"] == pytest.approx((5.5 + 2.5) / 2 - 2.5) for c in post0)
     table = "\n".join(answer_table(results))
-    assert "| 2 | post | 0.001 | 20 | 0.001, 0.01 |" in table and "| 2 | pre | 0.001, 0.01 | 0 |" in table
+    assert (
+        "| 2 | post | 0.001 | 20 | 0.001, 0.01 |" in table and "| 2 | pre | 0.001, 0.01 | no warmup arm | - |" in table
+    )
     assert figures.failure_pair(results)[0]["lr"] == 1e-2  # Post-LN fails there and trains with warmup
+
+
+def test_the_answer_table_marks_one_seed_arms_as_not_judged_and_prefers_judged_warmups():
+    """A 1-seed curve (the placement arms) lists the lrs where its run ended ok, marked 'not judged', instead of
+    'none' (which would read as: fails at every lr); a 1-seed warmup arm is never the 'best warmup' over a
+    judged one."""
+    runs = []
+    for seed in range(3):
+        for lr, post0, post_w in ((1e-3, 2.5, 2.5), (1e-2, None, 2.45)):
+            runs += [_run("post", lr, 0, seed, post0), _run("post", lr, 20, seed, post_w)]
+    for lr, nll in ((1e-3, 2.5), (1e-2, 2.4), (1e-1, None)):
+        runs += [_run("sandwich", lr, 0, 0, nll, group="placements"), _run("post", lr, 5, 0, 2.4, group="short")]
+    runs = [r | {"init_valid_nll": 5.5, "steps_to_target": None} for r in runs]
+    results = {"runs": runs, "unigram_nll": H, "stall_nll": STALL, "model": dict(TINY), "data_task": "bytes_lm"}
+    results |= {"num_steps": 60, "b2": 0.95, "schedule": "warmup_then_inverse_sqrt", "decay_start": 20}
+    table = "\n".join(answer_table(results))
+    assert "| 2 | sandwich | 0.001, 0.01 (1 seed: every run ok, not judged) | no warmup arm | - |" in table
+    assert "| 2 | post | 0.001 | 20 | 0.001, 0.01 |" in table  # not warmup 5, though it is ok at 3 lrs
 
 
 def test_a_mitigation_arm_is_its_own_row_and_depth_lr_extends_the_depth_curves():
@@ -253,7 +273,9 @@ def test_a_mitigation_arm_is_its_own_row_and_depth_lr_extends_the_depth_curves()
     results = {"runs": runs, "unigram_nll": H, "stall_nll": STALL, "model": dict(TINY), "data_task": "bytes_lm"}
     results |= {"num_steps": 60, "b2": 0.95, "schedule": "warmup_then_inverse_sqrt", "decay_start": 0}
     table = "\n".join(answer_table(results))
-    assert "| 2 | pre | 0.001 | 0 |" in table and "| 2 | pre +qk_norm | 0.001, 0.01 | 0 |" in table
+    assert (
+        "| 2 | pre | 0.001 | no warmup arm |" in table and "| 2 | pre +qk_norm | 0.001, 0.01 | no warmup arm |" in table
+    )
     deep = [c for c in lr_curves.sensitivity_curves(results) if c["depth"] == 4]
     assert len(deep) == 3 and all(c["group"] == "depth" and c["lrs"] == [1e-3, 1e-2] for c in deep)
     labels = {figures._curve_label(c) for c in lr_curves.sensitivity_curves(results)}

@@ -263,6 +263,9 @@ def _steps(rows: list[dict], warmup: int, lrs: list[float]) -> str:
     return f"{mean_ci(got).mean:.0f} ({len(got)}/{len(cell)})" if got else "-"
 
 
+FAILED_BEST = " (no lr trains: the gap to a failed best)"  # Wortsman's metric is relative to the curve's best
+
+
 def answer_table(results: dict) -> list[str]:
     """The practitioner's table: per depth and placement, the lrs of the grid that train (every seed) without
     warmup and with the best warmup, the LR sensitivity of each, and the steps to the common target."""
@@ -284,24 +287,35 @@ def answer_table(results: dict) -> list[str]:
     arm = lambda r: arm_name(r["placement"], r.get("group", ""))
     for depth, placement in sorted({(r["depth"], arm(r)) for r in runs}):
         own = [r for r in runs if (r["depth"], arm(r)) == (depth, placement)]
-        trains = {
-            w: [
-                lr
-                for lr in sorted({r["lr"] for r in own})
-                if cell_state(_cell(own, lr=lr, warmup=w), stall) == "trains"
-            ]
-            for w in sorted({r["warmup"] for r in own})
-        }
-        best = max(trains, key=lambda w: (len(trains[w]), w))
+        trains = {w: _training_lrs(own, w, stall) for w in sorted({r["warmup"] for r in own})}
+        best = max(trains, key=lambda w: (trains[w][2], len(trains[w][0]), w))  # judged arms first
         adam = {(arm_name(p, g), d, w): e for (g, p, d, w, o), e in reversed(sens.items()) if o == "adam"}
         s0, sb = adam.get((placement, depth, 0)), adam.get((placement, depth, best))
-        fmt = lambda lrs: ", ".join(f"{lr:g}" for lr in lrs) or "none"
-        text = lambda e: e.text(".2f") if e else "-"
+        text = lambda e, arm: (e.text(".2f") + (FAILED_BEST if arm[2] and not arm[0] else "")) if e else "-"
+        no_warmup, with_best = trains.get(0, ([], "none", False)), trains[best]
+        best_text, with_text = (best, with_best[1]) if set(trains) != {0} else ("no warmup arm", "-")
         lines.append(
-            f"| {depth} | {placement} | {fmt(trains.get(0, []))} | {best} | {fmt(trains[best])} | "
-            f"{text(s0)} / {text(sb)} | {_steps(own, 0, trains.get(0, []))} / {_steps(own, best, trains[best])} |"
+            f"| {depth} | {placement} | {no_warmup[1]} | {best_text} | {with_text} | {text(s0, no_warmup)} / "
+            f"{text(sb, with_best) if best else '-'} | {_steps(own, 0, no_warmup[0])} / "
+            f"{_steps(own, best, with_best[0]) if best else '-'} |"
         )
     return lines + [""]
+
+
+def _training_lrs(rows: list[dict], warmup: int, stall: float) -> tuple[list[float], str, bool]:
+    """The lrs at which an arm trains with `warmup`, their text, and whether its cells were judged. Cells of
+    >= MIN_SEEDS seeds are judged by cell_state; an arm run on fewer seeds (a curve, not judged) lists the lrs
+    where every run ended ok, marked as such, so that 'none' always means every cell was judged and none
+    trains."""
+    lrs = sorted({r["lr"] for r in rows if r["warmup"] == warmup})
+    seeds = {lr: len({r["seed"] for r in _cell(rows, lr=lr, warmup=warmup)}) for lr in lrs}
+    if lrs and max(seeds.values()) < MIN_SEEDS:
+        ok = [lr for lr in lrs if all(r["outcome"] == "ok" for r in _cell(rows, lr=lr, warmup=warmup))]
+        runs = "/".join(sorted({str(n) for n in seeds.values()}))
+        note = f" ({runs} seed{'s' if runs != '1' else ''}: every run ok, not judged)"
+        return ok, (", ".join(f"{lr:g}" for lr in ok) or "none") + note, False
+    judged = [lr for lr in lrs if cell_state(_cell(rows, lr=lr, warmup=warmup), stall) == "trains"]
+    return judged, ", ".join(f"{lr:g}" for lr in judged) or "none", True
 
 
 tables = answer_table  # shown in the report's warmup_ablation section (normjax.studies.study.Study.tables)
