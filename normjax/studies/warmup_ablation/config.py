@@ -27,9 +27,10 @@ one shape in one worker share the compiled steps: about 60 CPU-s per 600-step ru
 about twice that; the 2-2 layer d 128 translation model about 0.15 CPU-s per step at batch 32 plus its BLEU
 decoding (about 170 CPU-s per 600-step run). Validation reads 32 batches (16k bytes), not the whole split.
 quick: d 64, 2 layers, 120 steps, 3 lrs: 54 runs, about 3 minutes on the 2 cores; no translation arm (X7 not testable).
-standard: 224 runs, about 25,100 s of one worker (210 min on 2 workers: above the report's 150-minute budget,
-so it spans two sessions; it resumes), sized by the cells that decide S5, X7 and W1-W3 (per-run wall times of the
-2026-12-02 sweep: 85 s at 6 layers, 134 s at 12, 261 s per translation run, about 280 s per mhc run):
+standard: 224 runs, about 19,300 s of one worker (the committed 2026-12-03/04 run, leaving out 4 runs held with
+SIGSTOP: 161 min on 2 workers, above the report's 150-minute budget, so it spans two sessions; it resumes), sized
+by the cells that decide S5, X7 and W1-W3 (mean per-run wall times of that run: 75 s at 6 layers, 122-157 s at 12,
+146 s per translation run, 33-59 s for the side arms, whose runs share a worker's compiled step):
   axes          post/pre x 5 lrs (10^-3.5 .. 10^-1.5) x warmup {0, 8H} x 3 seeds at 6 layers   60 runs
   depth         post/pre x lr {10^-3.5, 1e-3, 10^-2.5} x warmup {0, 8H} x 3 seeds at 12 layers  36 runs
   depth_lr      post/pre x the other 2 lrs, no warmup, 3 seeds at 12 layers (full curves: W2's size part,
