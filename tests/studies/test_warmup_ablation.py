@@ -259,6 +259,9 @@ def test_the_answer_table_marks_one_seed_arms_as_not_judged_and_prefers_judged_w
     table = "\n".join(answer_table(results))
     assert "| 2 | sandwich | 0.001, 0.01 (1 seed: every run ok, not judged) | no warmup arm | - |" in table
     assert "| 2 | post | 0.001 | 20 | 0.001, 0.01 |" in table  # not warmup 5, though it is ok at 3 lrs
+    runs += [_run("post", 1e-4, 0, 0, 2.6) | {"init_valid_nll": 5.5, "steps_to_target": None}]  # a side seed
+    table = "\n".join(answer_table(results | {"runs": runs}))
+    assert "| 2 | post | 0.001; 0.0001 (1 seed: every run ok, not judged) | 20 |" in table
 
 
 def test_a_mitigation_arm_is_its_own_row_and_depth_lr_extends_the_depth_curves():

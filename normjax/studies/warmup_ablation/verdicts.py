@@ -305,17 +305,19 @@ def answer_table(results: dict) -> list[str]:
 def _training_lrs(rows: list[dict], warmup: int, stall: float) -> tuple[list[float], str, bool]:
     """The lrs at which an arm trains with `warmup`, their text, and whether its cells were judged. Cells of
     >= MIN_SEEDS seeds are judged by cell_state; an arm run on fewer seeds (a curve, not judged) lists the lrs
-    where every run ended ok, marked as such, so that 'none' always means every cell was judged and none
-    trains."""
+    where every run ended ok, marked as such (as are such lrs beside judged ones), so that 'none' always means
+    every cell was judged and none trains."""
     lrs = sorted({r["lr"] for r in rows if r["warmup"] == warmup})
     seeds = {lr: len({r["seed"] for r in _cell(rows, lr=lr, warmup=warmup)}) for lr in lrs}
-    if lrs and max(seeds.values()) < MIN_SEEDS:
-        ok = [lr for lr in lrs if all(r["outcome"] == "ok" for r in _cell(rows, lr=lr, warmup=warmup))]
-        runs = "/".join(sorted({str(n) for n in seeds.values()}))
-        note = f" ({runs} seed{'s' if runs != '1' else ''}: every run ok, not judged)"
-        return ok, (", ".join(f"{lr:g}" for lr in ok) or "none") + note, False
+    few = [lr for lr in lrs if seeds[lr] < MIN_SEEDS]
+    ok = [lr for lr in few if all(r["outcome"] == "ok" for r in _cell(rows, lr=lr, warmup=warmup))]
+    runs = "/".join(sorted({str(seeds[lr]) for lr in few}))
+    note = f"{runs} seed{'s' if runs != '1' else ''}: every run ok, not judged"
+    text = lambda lrs: ", ".join(f"{lr:g}" for lr in lrs)
+    if lrs and len(few) == len(lrs):
+        return ok, f"{text(ok) or 'none'} ({note})", False
     judged = [lr for lr in lrs if cell_state(_cell(rows, lr=lr, warmup=warmup), stall) == "trains"]
-    return judged, ", ".join(f"{lr:g}" for lr in judged) or "none", True
+    return judged, (text(judged) or "none") + (f"; {text(ok)} ({note})" if ok else ""), True
 
 
 tables = answer_table  # shown in the report's warmup_ablation section (normjax.studies.study.Study.tables)
