@@ -241,6 +241,12 @@ def test_curves_group_seeds_and_the_answer_table_reads_them():
         "| 2 | post | 0.001 | 20 | 0.001, 0.01 |" in table and "| 2 | pre | 0.001, 0.01 | no warmup arm | - |" in table
     )
     assert figures.failure_pair(results)[0]["lr"] == 1e-2  # Post-LN fails there and trains with warmup
+    # a warmup arm that trains at fewer lrs: no warmup is the best, and its numbers fill the warmup columns too
+    worse = [_run("pre", lr, 20, s, nll) | {"init_valid_nll": 5.5, "steps_to_target": 50 if nll else None}
+             for s in range(3) for lr, nll in ((1e-3, 2.5), (1e-2, None))]  # fmt: skip
+    table = "\n".join(answer_table(results | {"runs": runs + worse}))
+    row = next(line for line in table.splitlines() if line.startswith("| 2 | pre |"))
+    assert row.startswith("| 2 | pre | 0.001, 0.01 | 0 | 0.001, 0.01 |") and "/ - |" not in row and "50" in row
 
 
 def test_the_answer_table_marks_one_seed_arms_as_not_judged_and_prefers_judged_warmups():
@@ -308,7 +314,7 @@ def _translation(cells, stall=5.0):
     ],
 )
 def test_x7_on_the_translation_arm_uses_its_own_stall_level(post0, post_w, pre0, verdict):
-    from normjax.studies.warmup_ablation.verdicts import translation_verdict
+    from normjax.studies.warmup_ablation.translation_verdicts import translation_verdict
 
     results = _translation({("post", 0): post0, ("post", 200): post_w, ("pre", 0): pre0, ("pre", 200): pre0})
     rows = lr_curves.translation_runs(results)

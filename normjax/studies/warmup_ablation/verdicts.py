@@ -1,24 +1,27 @@
-"""Verdict rules of warmup_ablation: warmup sensitivity (S5), the IWSLT figure (X7, X8), schedules (R7), W1-W3."""
+"""Verdict rules of warmup_ablation: warmup sensitivity (S5), the answer table, schedules (R7); X7 and X8 in
+translation_verdicts, W1-W3 in proxy_verdicts."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
 from normjax import train
 from normjax.report import verdict_row
-from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE
+from normjax.report.claims import CONSTRUCTION
 from normjax.report.rules import MIN_SEEDS, Threshold, mean_ci
 from normjax.studies.warmup_ablation import proxy_verdicts
+from normjax.studies.warmup_ablation.cell_verdicts import cell_state, describe, runs_in
 from normjax.studies.warmup_ablation.config import DEPTH_LR, EDGE, LOW_LR
 from normjax.studies.warmup_ablation.curves import (
-    FAILED,
     MITIGATIONS,
     lm_runs,
     main_rows,
     sensitivity_curves,
-    translation_runs,
 )
 from normjax.studies.warmup_ablation.measure import TARGET_FRACTION
+from normjax.studies.warmup_ablation.translation_verdicts import iwslt_figure
 from normjax.train.outcomes import STALL_FRACTION, STALL_WHY
 
 THRESHOLDS = {
@@ -39,38 +42,6 @@ THRESHOLDS = {
     ),
 } | proxy_verdicts.THRESHOLDS
 PLAIN_GRIDS = ("depth", EDGE, LOW_LR)  # Post-LN and Pre-LN with and without warmup, beside the main grid
-X8_SETTINGS = {"num_layers": 6, "d_model": 512, "d_ff": 1024, "num_heads": 4, "dropout": 0.1}
-
-
-def _cell(rows, **match) -> list[dict]:
-    return [r for r in rows if all(r[k] == v for k, v in match.items())]
-
-
-def cell_state(cell: list[dict], stall_nll: float) -> str:
-    """'fails' (every seed stalled or diverged), 'trains' (every seed ok and the seeds' final nll interval below
-    the stall level), 'mixed', 'too few seeds' or 'absent'."""
-    if not cell:
-        return "absent"
-    if len({r["seed"] for r in cell}) < MIN_SEEDS:
-        return "too few seeds"
-    if all(r["outcome"] in FAILED for r in cell):
-        return "fails"
-    if all(r["outcome"] == "ok" for r in cell) and mean_ci([r["final_valid_nll"] for r in cell]).below(stall_nll):
-        return "trains"
-    return "mixed"
-
-
-def _describe(cell: list[dict]) -> str:
-    if not cell:
-        return "no runs"
-    counts = {o: sum(r["outcome"] == o for r in cell) for o in ("ok",) + FAILED}
-    finals = [r["final_valid_nll"] for r in cell if r["outcome"] != "diverged"]
-    nll = f", nll {mean_ci(finals).text('.2f')}" if finals else ""
-    reached = [r["steps_to_target"] for r in cell if r.get("steps_to_target") is not None]
-    target = f", target reached by {len(reached)}/{len(cell)}" + (
-        f" at step {mean_ci(reached).text('.0f')}" if len(reached) > 1 else ""
-    )
-    return "/".join(f"{n} {o}" for o, n in counts.items() if n) + nll + target
 
 
 def critical_lrs(rows: list[dict], stall_nll: float) -> dict:
@@ -85,7 +56,7 @@ def critical_lrs(rows: list[dict], stall_nll: float) -> dict:
     for placement in sorted({r["placement"] for r in rows}):
         for depth in sorted({r["depth"] for r in rows if r["placement"] == placement}):
             lrs = sorted({r["lr"] for r in rows if r["placement"] == placement and r["depth"] == depth})
-            states = [cell_state(_cell(rows, placement=placement, depth=depth, lr=lr), stall_nll) for lr in lrs]
+            states = [cell_state(runs_in(rows, placement=placement, depth=depth, lr=lr), stall_nll) for lr in lrs]
             trained = [i for i, st in enumerate(states) if st == "trains"]
             bad = [i for i, st in enumerate(states) if st in ("fails", "mixed")]
             above = [i for i in bad if trained and i > trained[0]]
@@ -118,9 +89,9 @@ def _arms(results: dict, stall_nll: float) -> list[str]:
     for group in ("radam", "adam999", "sgd", "constant"):
         rows = [r for r in results["runs"] if r.get("group") == group and r["placement"] == "post"]
         for arm_lr in sorted({r["lr"] for r in rows}):
-            cell = _cell(rows, lr=arm_lr, warmup=0)
+            cell = runs_in(rows, lr=arm_lr, warmup=0)
             if cell:
-                out.append(f"{group} lr {arm_lr:g}: {cell_state(cell, stall_nll)} ({_describe(cell)})")
+                out.append(f"{group} lr {arm_lr:g}: {cell_state(cell, stall_nll)} ({describe(cell)})")
     return out
 
 
@@ -144,7 +115,7 @@ def warmup_sensitivity(results: dict) -> dict:
             "heatmap.png",
         )
     cells = {(r["placement"], r["depth"], r["lr"], r["warmup"]) for r in main}
-    num_seeds = min(len(_cell(main, placement=p, depth=d, lr=lr, warmup=w)) for p, d, lr, w in cells)
+    num_seeds = min(len(runs_in(main, placement=p, depth=d, lr=lr, warmup=w)) for p, d, lr, w in cells)
     if num_seeds < MIN_SEEDS:
         return verdict_row(
             "S5",
@@ -158,11 +129,11 @@ def warmup_sensitivity(results: dict) -> dict:
     no_warmup = [r for r in _no_warmup_rows(results) if r["placement"] in ("post", "pre")]
     shown, contrary, detail = [], [], []
     for depth, lr in sorted({(r["depth"], r["lr"]) for r in no_warmup}):
-        post, pre = (_cell(no_warmup, placement=p, depth=depth, lr=lr) for p in ("post", "pre"))
+        post, pre = (runs_in(no_warmup, placement=p, depth=depth, lr=lr) for p in ("post", "pre"))
         post_state, pre_state = cell_state(post, stall), cell_state(pre, stall)
         detail.append(
-            f"L={depth} lr {lr:g} no warmup: Post-LN {post_state} ({_describe(post)}), Pre-LN {pre_state} "
-            f"({_describe(pre)})"
+            f"L={depth} lr {lr:g} no warmup: Post-LN {post_state} ({describe(post)}), Pre-LN {pre_state} "
+            f"({describe(pre)})"
         )
         if post_state == "fails" and pre_state == "trains":
             shown.append((depth, lr))
@@ -172,12 +143,12 @@ def warmup_sensitivity(results: dict) -> dict:
     longest = max(r["warmup"] for r in grid)
     rescued, tried = [], []
     for depth, lr in sorted({(r["depth"], r["lr"]) for r in grid if r["placement"] == "post"}):
-        post0 = _cell(grid, placement="post", depth=depth, lr=lr, warmup=0)
+        post0 = runs_in(grid, placement="post", depth=depth, lr=lr, warmup=0)
         if longest and post0 and cell_state(post0, stall) != "trains":
-            post_w = _cell(grid, placement="post", depth=depth, lr=lr, warmup=longest)
+            post_w = runs_in(grid, placement="post", depth=depth, lr=lr, warmup=longest)
             if post_w:
                 state = cell_state(post_w, stall)
-                tried.append(f"L={depth} lr {lr:g}: Post-LN warmup {longest} {state} ({_describe(post_w)})")
+                tried.append(f"L={depth} lr {lr:g}: Post-LN warmup {longest} {state} ({describe(post_w)})")
                 if state == "trains":
                     rescued.append((depth, lr))
     crit = critical_lrs(no_warmup, stall)
@@ -192,9 +163,9 @@ def warmup_sensitivity(results: dict) -> dict:
     key = "no cell where Post-LN fails and Pre-LN trains without warmup"
     if shown:
         depth, lr = shown[0]
-        post, pre = (_cell(no_warmup, placement=p, depth=depth, lr=lr) for p in ("post", "pre"))
+        post, pre = (runs_in(no_warmup, placement=p, depth=depth, lr=lr) for p in ("post", "pre"))
         key = (
-            f"L={depth} lr {lr:g}, no warmup: Post-LN {_describe(post)}"
+            f"L={depth} lr {lr:g}, no warmup: Post-LN {describe(post)}"
             f"; Pre-LN nll {mean_ci([r['final_valid_nll'] for r in pre]).text('.2f')} < stall {stall:.2f}"
         )
     arms = _arms(results, stall)
@@ -258,7 +229,7 @@ def sensitivity_text(results: dict) -> str:
 
 def _steps(rows: list[dict], warmup: int, lrs: list[float]) -> str:
     """Mean steps to the target at the largest lr of `lrs` (how many seeds reached it), or '-'."""
-    cell = _cell(rows, warmup=warmup, lr=lrs[-1]) if lrs else []
+    cell = runs_in(rows, warmup=warmup, lr=lrs[-1]) if lrs else []
     got = [r["steps_to_target"] for r in cell if r.get("steps_to_target") is not None]
     return f"{mean_ci(got).mean:.0f} ({len(got)}/{len(cell)})" if got else "-"
 
@@ -288,135 +259,49 @@ def answer_table(results: dict) -> list[str]:
     for depth, placement in sorted({(r["depth"], arm(r)) for r in runs}):
         own = [r for r in runs if (r["depth"], arm(r)) == (depth, placement)]
         trains = {w: _training_lrs(own, w, stall) for w in sorted({r["warmup"] for r in own})}
-        best = max(trains, key=lambda w: (trains[w][2], len(trains[w][0]), w))  # judged arms first
+        best = max(trains, key=lambda w: (trains[w].judged, len(trains[w].lrs), w))  # judged arms first
         adam = {(arm_name(p, g), d, w): e for (g, p, d, w, o), e in reversed(sens.items()) if o == "adam"}
         s0, sb = adam.get((placement, depth, 0)), adam.get((placement, depth, best))
-        text = lambda e, arm: (e.text(".2f") + (FAILED_BEST if arm[2] and not arm[0] else "")) if e else "-"
-        no_warmup, with_best = trains.get(0, ([], "none", False)), trains[best]
-        best_text, with_text = (best, with_best[1]) if set(trains) != {0} else ("no warmup arm", "-")
-        lines.append(
-            f"| {depth} | {placement} | {no_warmup[1]} | {best_text} | {with_text} | {text(s0, no_warmup)} / "
-            f"{text(sb, with_best) if best else '-'} | {_steps(own, 0, no_warmup[0])} / "
-            f"{_steps(own, best, with_best[0]) if best else '-'} |"
-        )
+        text = lambda e, arm: (e.text(".2f") + (FAILED_BEST if arm.judged and not arm.lrs else "")) if e else "-"
+        no_warmup, with_best = trains.get(0, Training([], "not run", False)), trains[best]
+        if set(trains) == {0}:
+            with_cells = "no warmup arm | - | " + text(s0, no_warmup) + " / - | " + _steps(own, 0, no_warmup.lrs)
+            with_cells += " / -"
+        else:
+            with_cells = (
+                f"{best} | {with_best.text} | {text(s0, no_warmup)} / {text(sb, with_best)} | "
+                f"{_steps(own, 0, no_warmup.lrs)} / {_steps(own, best, with_best.lrs)}"
+            )
+        lines.append(f"| {depth} | {placement} | {no_warmup.text} | {with_cells} |")
     return lines + [""]
 
 
-def _training_lrs(rows: list[dict], warmup: int, stall: float) -> tuple[list[float], str, bool]:
-    """The lrs at which an arm trains with `warmup`, their text, and whether its cells were judged. Cells of
-    >= MIN_SEEDS seeds are judged by cell_state; an arm run on fewer seeds (a curve, not judged) lists the lrs
-    where every run ended ok, marked as such (as are such lrs beside judged ones), so that 'none' always means
-    every cell was judged and none trains."""
+class Training(NamedTuple):
+    """The lrs at which an arm trains with one warmup, their text, and whether its cells were judged."""
+
+    lrs: list[float]
+    text: str
+    judged: bool
+
+
+def _training_lrs(rows: list[dict], warmup: int, stall: float) -> Training:
+    """Cells of >= MIN_SEEDS seeds are judged by cell_state; an arm run on fewer seeds (a curve, not judged)
+    lists the lrs where every run ended ok, marked as such (as are such lrs beside judged ones), so that 'none'
+    always means every cell was judged and none trains."""
     lrs = sorted({r["lr"] for r in rows if r["warmup"] == warmup})
-    seeds = {lr: len({r["seed"] for r in _cell(rows, lr=lr, warmup=warmup)}) for lr in lrs}
+    seeds = {lr: len({r["seed"] for r in runs_in(rows, lr=lr, warmup=warmup)}) for lr in lrs}
     few = [lr for lr in lrs if seeds[lr] < MIN_SEEDS]
-    ok = [lr for lr in few if all(r["outcome"] == "ok" for r in _cell(rows, lr=lr, warmup=warmup))]
+    ok = [lr for lr in few if all(r["outcome"] == "ok" for r in runs_in(rows, lr=lr, warmup=warmup))]
     runs = "/".join(sorted({str(seeds[lr]) for lr in few}))
     note = f"{runs} seed{'s' if runs != '1' else ''}: every run ok, not judged"
     text = lambda lrs: ", ".join(f"{lr:g}" for lr in lrs)
-    if lrs and len(few) == len(lrs):
-        return ok, f"{text(ok) or 'none'} ({note})", False
-    judged = [lr for lr in lrs if cell_state(_cell(rows, lr=lr, warmup=warmup), stall) == "trains"]
-    return judged, (text(judged) or "none") + (f"; {text(ok)} ({note})" if ok else ""), True
+    if len(few) == len(lrs):
+        return Training(ok, f"{text(ok) or 'none'} ({note})", False)
+    judged = [lr for lr in lrs if cell_state(runs_in(rows, lr=lr, warmup=warmup), stall) == "trains"]
+    return Training(judged, (text(judged) or "none") + (f"; {text(ok)} ({note})" if ok else ""), True)
 
 
 tables = answer_table  # shown in the report's warmup_ablation section (normjax.studies.study.Study.tables)
-
-
-def iwslt_figure(results: dict) -> list[dict]:
-    model = results["model"]
-    on_iwslt = results["data_task"] == "iwslt14"
-    settings = {k: model.get(k) for k in X8_SETTINGS}
-    x8_match = settings == X8_SETTINGS and on_iwslt
-    x8 = verdict_row(
-        "X8",
-        "6-6 layers, d 512, FFN 1024, 4 heads, label smoothing 0.1, dropout 0.1 on IWSLT14",
-        f"this run: {settings} on {results['data_task']}",
-        "holds" if x8_match else "not testable at this scale",
-        "rule: the run's settings equal X8's"
-        if x8_match
-        else "the CPU presets use a small model on the synthetic task; the paper preset "
-        "(normjax.studies.warmup_ablation --config=:paper) sets X8's values on local IWSLT14 files",
-    )
-    translation = translation_runs(results)
-    if translation:
-        return [translation_verdict(results, translation), x8]
-    if not on_iwslt:
-        x7 = verdict_row(
-            "X7",
-            "IWSLT14: Post-LN without warmup BLEU 8.45 vs ~34 with warmup",
-            f"not run on IWSLT14 (no data is downloaded; this run: {results['data_task']}) and no translation arm",
-            "not testable at this scale",
-            "needs the translation arm (the :standard preset's gettext De->En runs) or the IWSLT14 De-En files "
-            "(scripts/prepare_iwslt14.sh) and the paper preset on an accelerator",
-        )
-        return [x7, x8]
-    post = [r for r in main_rows(results) if r["placement"] == "post" and r["final_valid_bleu"] is not None]
-    no_warm = mean_ci([r["final_valid_bleu"] for r in post if r["warmup"] == 0])
-    warm = mean_ci([r["final_valid_bleu"] for r in post if r["warmup"] and r["warmup"] >= 4000])
-    ok = no_warm.n >= MIN_SEEDS and warm.n >= MIN_SEEDS and no_warm.hi < 0.5 * warm.lo
-    x7 = verdict_row(
-        "X7",
-        "Post-LN without warmup far below with warmup 4000 (BLEU 8.45 vs ~34)",
-        f"Post-LN BLEU without warmup {no_warm.text('.1f')}, with 4000 {warm.text('.1f')}",
-        "holds" if ok else "does not hold",
-        "rule: the upper end of the no-warmup BLEU interval < half the lower end of the warmup-4000 one "
-        f"(>= {MIN_SEEDS} seeds each)",
-        key=f"BLEU {no_warm.text('.1f')} vs {warm.text('.1f')}",
-    )
-    return [x7, x8]
-
-
-def _bleu(cell: list[dict]) -> str:
-    bleus = [r["final_test_bleu"] for r in cell if r.get("final_test_bleu") is not None]
-    return mean_ci(bleus).text(".1f") if bleus else "-"
-
-
-def translation_verdict(results: dict, rows: list[dict]) -> dict:
-    """X7 on the translation arm (gettext De->En, a small encoder-decoder: the scale is in the row).
-
-    Xiong et al. (Fig. 2, IWSLT14 De-En, 6-6 layers, d 512, 50 epochs) report Post-LN without warmup at BLEU
-    8.45 against about 34 with warmup 4000, and Pre-LN without warmup reaching the same quality sooner. Here:
-    holds when Post-LN without warmup fails (every seed stalled or diverged: final valid nll at or above 0.9 x
-    the target tokens' unigram entropy), Post-LN with the warmup trains and Pre-LN without warmup trains (the
-    cell states of S5, >= 3 seeds); partly when Post-LN fails without warmup and only one of the two others
-    trains; does not hold when Post-LN trains without warmup; inconclusive otherwise. BLEU (sacrebleu on 200
-    held-out test sentences) and steps to 0.8 x the unigram level are reported, not judged: our runs are 600
-    steps, not 50 epochs.
-    """
-    stall = next((r["stall_nll"] for r in rows if r.get("stall_nll") is not None), None)
-    warmup = max(r["warmup"] for r in rows)
-    cells = {(p, w): _cell(rows, placement=p, warmup=w) for p in ("post", "pre") for w in (0, warmup)}
-    states = {k: cell_state(v, stall) if stall is not None else "absent" for k, v in cells.items()}
-    post0, post_w, pre0 = states[("post", 0)], states[("post", warmup)], states[("pre", 0)]
-    if post0 == "trains":
-        verdict = "does not hold"
-    elif post0 == "fails" and post_w == "trains" and pre0 == "trains":
-        verdict = "holds"
-    elif post0 == "fails" and "trains" in (post_w, pre0):
-        verdict = "partly holds"
-    else:  # Post-LN mixed, or nothing trains (too few steps to tell instability from under-training)
-        verdict = INCONCLUSIVE
-    first = rows[0]
-    pairs = (first.get("data") or {}).get("pairs", {}).get("train", "?")
-    d_model = (results.get("translation") or {}).get("d_model") or results["model"].get("d_model")
-    scale = f"gettext De->En ({pairs} training pairs), {first['depth']}-{first['depth']} layers, d {d_model}"
-    measured = "; ".join(
-        f"{p} warmup {w}: {states[(p, w)]} ({_describe(cells[(p, w)])}, test BLEU {_bleu(cells[(p, w)])})"
-        for p, w in cells
-    )
-    return verdict_row(
-        "X7",
-        "Post-LN without warmup fails at a learning rate where it trains with warmup; Pre-LN trains without",
-        f"{scale}: {measured}",
-        verdict,
-        "rule: Post-LN without warmup fails on every seed, with the warmup trains, and Pre-LN without warmup "
-        f"trains (>= {MIN_SEEDS} seeds, stall level {stall if stall is None else round(stall, 2)} nats); BLEU "
-        "is reported, not judged (600 steps here, 50 epochs in the paper)",
-        "translation.png",
-        key=f"Post-LN no warmup {post0}, warmup {warmup} {post_w}; Pre-LN no warmup {pre0}",
-        bleu={f"{p}/warmup {w}": _bleu(c) for (p, w), c in cells.items()},
-    )
 
 
 def schedules() -> dict:
