@@ -2,6 +2,7 @@
 
   scripts/accelerator_check.sh [--size=full|tiny] [--out=DIR] [--budget_s=480] [--ablation_steps=200]
                                [--phases=train_step,sweep,ablation] [--iwslt=data/iwslt14.tokenized.de-en]
+                               [--gettext_corpus=DIR]
 
 A probe process first reports the backend, the devices and the package versions (and stops the check when a
 package is missing). Then each phase runs as its own process (the benchmarks define clashing absl flags); a
@@ -51,6 +52,9 @@ _PHASES = flags.DEFINE_list("phases", list(PHASES), f"Any of {', '.join(PHASES)}
 _BUDGET = flags.DEFINE_integer("budget_s", 480, "Wall-clock seconds for all phases together.")
 _ABLATION_STEPS = flags.DEFINE_integer("ablation_steps", 1200, "Train steps per ablation cell (a multiple of 30).")
 _IWSLT = flags.DEFINE_string("iwslt", "data/iwslt14.tokenized.de-en", "Prepared IWSLT14 De-En folder, if any.")
+_GETTEXT = flags.DEFINE_string(
+    "gettext_corpus", None, "A gettext De-En corpus built elsewhere (its folder); default: built from this machine's."
+)
 
 _TINY_TRAIN_STEP = ["--sizes=32x2x64", "--layers=1", "--batch=4", "--length=16", "--rounds=1", "--steps_per_round=1"]
 _TINY_SWEEP = ["--lrs=1e-3", "--warmups=1,2", "--steps=4", "--d_model=16", "--layers=1"]
@@ -90,9 +94,15 @@ def iwslt_ready(path: str) -> bool:
 
 
 def gettext_corpus() -> tuple[str | None, str]:
-    """(folder, "") of the default gettext De-En corpus (built into the cache if needed), or (None, why not)."""
+    """(folder, "") of the gettext De-En corpus: --gettext_corpus, else the default one built into the cache from
+    this machine's catalogs; or (None, why not). The study checks the folder's files against its manifest."""
     from normjax.train import data_gettext  # sentencepiece: only when the check needs it
     from normjax.train.data_text import DataError
+
+    if _GETTEXT.value is not None:
+        if os.path.isfile(os.path.join(_GETTEXT.value, data_gettext.MANIFEST)):
+            return _GETTEXT.value, ""
+        return None, f"--gettext_corpus={_GETTEXT.value} holds no {data_gettext.MANIFEST}"
 
     try:
         return data_gettext.cached_corpus(data_gettext.CorpusSpec()), ""
@@ -134,7 +144,8 @@ def ablation_command(size: str, steps: int, iwslt: str, workdir: str) -> tuple[l
             data = f"IWSLT14 De-En from {iwslt}"
         elif (corpus := gettext_corpus())[0]:
             overrides |= {"data.task": "gettext", "data.path": corpus[0]}
-            data = f"gettext De-En from this machine's catalogs ({corpus[0]}; no IWSLT14 files in {iwslt})"
+            built = "given by --gettext_corpus" if _GETTEXT.value else "from this machine's catalogs"
+            data = f"gettext De-En {built} ({corpus[0]}; no IWSLT14 files in {iwslt})"
         else:
             overrides["data.task"] = "synthetic"
             data = f"synthetic translation task (no IWSLT14 files in {iwslt}; no gettext corpus: {corpus[1]})"

@@ -10,6 +10,7 @@ from flax import nnx
 import normjax
 from normjax import init
 from normjax.studies import runner
+from normjax.studies.deep_training import figures as deep_figures
 from normjax.studies.deep_training import measure as deep_training
 from normjax.studies.grad_norms_at_init import measure as grad_norms_at_init
 from normjax.studies.hidden_norms import measure as hidden_norms
@@ -170,7 +171,7 @@ def test_runs_in_its_paper_studies(tmp_path):
             s7_schedule="constant", seed=0, num_seeds=1,
         )
     )  # fmt: skip
-    rec = runner.run_study("deep_training", str(tmp_path), deep, deep_training.compute, deep_training.plot)["results"]
+    rec = runner.run_study("deep_training", str(tmp_path), deep, deep_training.compute, deep_figures.plot)["results"]
     rec = rec["runs"]["ngpt"]["2"][0]  # the one seed
     assert rec["diverged_step"] is None and np.isfinite(rec["loss"]).all()
 

@@ -12,7 +12,10 @@ from types import ModuleType
 class Study:
     """One study: `normjax/studies/<name>/` with measure.py, verdicts.py, config.py and __main__.py.
 
-    measure: the module with `compute(config, study_dir) -> results` and `plot(results, study_dir) -> [paths]`.
+    measure: the module with `compute(config, study_dir) -> results` and, unless `figures` is given,
+      `plot(results, study_dir) -> [paths]`.
+    figures: a module with that `plot`, which measure does not import: its code stays out of the study's code
+      fingerprint, so a changed figure is redrawn (runner.replot) without recomputing the study.
     verdicts: `verdicts(results) -> [verdict rows]` (None: the study gives no verdict, e.g. diagnose).
     thresholds: the rules' documented thresholds ({name: Threshold}), shown in docs/claims.md.
     rules_doc: one line saying what the rules judge (the verdicts module's docstring).
@@ -35,6 +38,7 @@ class Study:
     tables: Callable | None = None
     in_report: bool = True
     training: bool = False
+    figures: ModuleType | None = None
 
     @property
     def config_path(self) -> str:
@@ -47,7 +51,7 @@ class Study:
 
     @property
     def plot(self) -> Callable:
-        return self.measure.plot
+        return (self.figures or self.measure).plot
 
 
 def study(name: str, measure: ModuleType, config: ModuleType, verdicts: ModuleType | None = None, **kw) -> Study:

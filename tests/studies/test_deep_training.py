@@ -9,6 +9,7 @@ import pytest
 from normjax.report import CLAIMS, VERDICTS
 from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE
 from normjax.studies import runner
+from normjax.studies.deep_training import STUDY
 from normjax.studies.deep_training import measure as deep_training
 from normjax.studies.deep_training.verdicts import decoder_deepnorm
 from normjax.studies.judge import judge
@@ -32,7 +33,7 @@ def _tiny():
 
 
 def test_deep_training_smoke(tmp_path):
-    saved = runner.run_study("deep_training", str(tmp_path), _tiny(), deep_training.compute, deep_training.plot)
+    saved = runner.run_study("deep_training", str(tmp_path), _tiny(), deep_training.compute, STUDY.plot)
     results = saved["results"]
     for figure in ("depth_sweep", "instability", "stream_growth", "deepnorm_depth"):
         assert (tmp_path / "deep_training" / f"{figure}.png").exists()

@@ -13,7 +13,7 @@ from normjax.report import VERDICTS
 from normjax.report.claims import INCONCLUSIVE
 from normjax.studies import runner
 from normjax.studies.judge import judge
-from normjax.studies.trained_layers import measure, runs
+from normjax.studies.trained_layers import STUDY, measure, runs
 from normjax.studies.trained_layers.verdicts import lns_trained_identity, mixln_flatter_in_training
 
 
@@ -33,7 +33,7 @@ def _tiny():
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("trained_layers")
-    saved = runner.run_study("trained_layers", str(workdir), _tiny(), measure.compute, measure.plot)
+    saved = runner.run_study("trained_layers", str(workdir), _tiny(), measure.compute, STUDY.plot)
     return workdir, saved["results"]
 
 
