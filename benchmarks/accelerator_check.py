@@ -165,7 +165,7 @@ def ablation_command(size: str, steps: int, iwslt: str, workdir: str) -> tuple[l
     config = f"--config={write_scaled_grid(steps if size != 'tiny' else overrides['train.num_steps'], workdir)}"
     parent = os.path.dirname(workdir.rstrip(os.sep))  # the study writes PARENT/warmup_ablation = workdir
     command = ["-m", "normjax.studies.warmup_ablation", config, f"--workdir={parent}", f"--shard={shard}"]
-    return [*command, "--progress=false", *args], note
+    return [*command, "--progress=true", *args], note  # per-step progress in its log: where a slow phase spends time
 
 
 _SCALED_GRID = '''"""Xiong et al.'s Fig. 2 grid at the :paper model, reduced to {steps} steps (accelerator_check)."""

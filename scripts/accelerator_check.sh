@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The accelerator check in one command (GPU: about 8 minutes; --size=tiny: under a minute on a CPU).
+# The accelerator check in one command (--size=tiny: under a minute on a CPU; on an H200 the default 8-minute
+# budget finished only the train-step phase: run sweep and ablation alone, see benchmarks/README.md).
 #   scripts/accelerator_check.sh [--size=tiny] [--out=DIR] [--budget_s=480] [--ablation_steps=200] [--phases=...]
 # Runs benchmarks/accelerator_check.py (its docstring lists the phases and files) with the project's venv when
 # there is one, else $PYTHON or python3 (e.g. a GPU image with jax[cuda] installed). Output: DIR, else $OUT,
