@@ -176,6 +176,14 @@ def test_the_cache_fingerprint_covers_library_code_but_not_rules_or_sibling_stud
         assert not siblings, f"{study.name}'s cache key covers sibling studies {siblings}"
 
 
+def test_a_studys_figures_module_is_its_plot_and_outside_its_cache_key():
+    with_figures = [study for study in studies.STUDIES if study.figures is not None]
+    assert {study.name for study in with_figures} >= {"deep_training", "trained_layers"}
+    for study in with_figures:
+        assert study.plot is study.figures.plot
+        assert study.figures.__file__ not in runner.code_files(study.compute), study.name
+
+
 def test_docs_claims_md_is_generated_from_the_registry_and_rule_thresholds():
     with open(claims_doc.DOC) as f:
         assert f.read() == claims_doc.render(), "docs/claims.md is stale: run python -m normjax.studies.claims_doc"
