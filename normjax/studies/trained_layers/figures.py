@@ -18,11 +18,11 @@ def plot(results: dict, study) -> list[str]:
     ||J_l - I||_2 per block after training), every run's mean over seeds."""
     fig, (ax_g0, ax_g, ax_a, ax_j) = plotting.figure(ncols=4, width=3.6)
     setup, n = results["setup"], len(results["seeds"])
-    used = set()
     for run, recs in results["runs"].items():
-        color = plotting.color(specs.parse(run).placement)  # a colour shared with an earlier run (lns: pre's)
-        style = dict(color=color, marker="s" if color in used else ".", ls="--" if color in used else "-", label=run)
-        used.add(color)
+        placement = specs.parse(run).placement
+        color = plotting.color(placement)
+        scaled_pre = placement == "lns"  # Pre-LN with scaled outputs, in a blue close to Pre-LN's: dashed squares
+        style = dict(color=color, label=run, marker=".", ls="-") | (dict(marker="s", ms=3, ls="--") if scaled_pre else {})
         grads = np.asarray([r["probes"]["layer_grad_norm"] for r in recs], float)  # (seeds, probes, layers)
         layers = np.arange(grads.shape[-1])
         ax_g0.plot(layers, np.exp(np.nanmean(np.log(grads[:, 0]), axis=0)), **style)
@@ -41,7 +41,7 @@ def plot(results: dict, study) -> list[str]:
     ax_j.set(xlabel="block l", ylabel=r"$\|J_l - I\|_2$", yscale="log", title="after training (dotted: init)")
     fig.suptitle(
         "cf. Mix-LN (Li et al. 2025): per-layer gradient norms of Pre-LN, Post-LN and Mix-LN (paper: LLaMA 71M-1B on "
-        "C4); LayerNorm Scaling (Sun et al. 2025): angular distance of the deep blocks. Here: decoder-only byte LM, "
+        "C4);\nLayerNorm Scaling (Sun et al. 2025): angular distance of the deep blocks. Here: decoder-only byte LM, "
         f"L={setup['depth']}, d {setup['d_model']}, lr {setup['lr']:g}, {setup['schedule']}",
         fontsize=8,
     )
