@@ -21,8 +21,9 @@ def plot(results: dict, study) -> list[str]:
     for run, recs in results["runs"].items():
         placement = specs.parse(run).placement
         color = plotting.color(placement)
-        scaled_pre = placement == "lns"  # Pre-LN with scaled outputs, in a blue close to Pre-LN's: dashed squares
-        style = dict(color=color, label=run, marker=".", ls="-") | (dict(marker="s", ms=3, ls="--") if scaled_pre else {})
+        style = dict(color=color, label=run, marker=".", ls="-")
+        if placement == "lns":  # Pre-LN with scaled outputs, in a blue close to Pre-LN's: dashed squares
+            style |= dict(marker="s", ms=3, ls="--")
         grads = np.asarray([r["probes"]["layer_grad_norm"] for r in recs], float)  # (seeds, probes, layers)
         layers = np.arange(grads.shape[-1])
         ax_g0.plot(layers, np.exp(np.nanmean(np.log(grads[:, 0]), axis=0)), **style)
