@@ -62,8 +62,8 @@ def _base():
 
 
 def _standard():
-    """The committed CPU report, 5 seeds (D2's and D3's per-seed numbers are heavy-tailed; at 3 seeds the study
-    took 1281 s beside other studies on the 2-core machine)."""
+    """The committed CPU report, 5 seeds (D2's and D3's per-seed numbers are heavy-tailed): 1275 s on the 2-core
+    machine beside trained_layers (1281 s at 3 seeds beside other studies)."""
     c = _base()
     c.num_seeds = 5
     c.depths = (6, 12, 24)

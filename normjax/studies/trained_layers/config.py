@@ -36,9 +36,10 @@ def _base():
 
 def _standard():
     """The committed CPU report: 24 layers (Mix-LN's first 6 Post-LN), d 64, 600 steps, 5 seeds (R5's margin
-    straddled zero at 3: -0.09 [-0.29, +0.12]). At 3 seeds the 12 runs took 1684 s beside other studies on the
-    2-core machine (about 140 s a run, probes and both Jacobian passes included; the first seed of a placement
-    also compiles). A pilot run on seed 1000 (never judged) only timed the steps."""
+    straddled zero at 3: -0.09 [-0.29, +0.12]; at 5: -0.10 [-0.24, +0.03]). The 20 runs took 2313 s on the 2-core
+    machine, beside deep_training for the first 21 min (about 115 s a run, probes and both Jacobian passes
+    included; the first seed of a placement also compiles). A pilot run on seed 1000 (never judged) only timed
+    the steps."""
     c = _base()
     c.num_seeds = 5
     c.depth = 24
