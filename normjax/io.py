@@ -73,29 +73,52 @@ def disk_full(path: str, nbytes: int, error: BaseException) -> WorkdirError | No
     return WorkdirError(f"disk full: writing {path} needs {nbytes} bytes, {free} bytes free; earlier files are intact")
 
 
-def write_text(path: str, text: str) -> None:
-    """Writes `text` to `path` atomically, readable like any new file (0666 less the umask, e.g. 0644).
+def writable_target(path: str) -> None:
+    """Refuses a `path` that an atomic write would not replace as a plain file.
 
     Raises:
-      WorkdirError: when the disk is full (the old file, if any, is left as it was).
+      WorkdirError: naming `path` when it is a symbolic link (normjax never writes through one: it could point
+        outside the workdir) or a folder.
     """
+    if os.path.islink(path):
+        raise WorkdirError(
+            f"{path} is a symbolic link (to {os.readlink(path)}); normjax writes no file through a link: remove it"
+        )
+    if os.path.isdir(path):
+        raise WorkdirError(f"{path} is a folder; a file is written there: move the folder away")
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Writes `data` to `path` atomically (temp file, fsync, os.replace), readable like any new file (0666 less
+    the umask, e.g. 0644).
+
+    Raises:
+      WorkdirError: `path` is a symbolic link or a folder (writable_target), or the disk is full (the old file,
+        if any, is left as it was).
+    """
+    writable_target(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     suffix = os.path.splitext(path)[1]
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{TMP_PREFIX}{os.getpid()}-", suffix=suffix)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600 files
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         if os.path.exists(tmp):
             os.remove(tmp)
-        if full := disk_full(path, len(text.encode()), e):
+        if full := disk_full(path, len(data), e):
             raise full from None
         raise
+
+
+def write_text(path: str, text: str) -> None:
+    """Writes `text` (UTF-8) to `path` atomically, as write_bytes."""
+    write_bytes(path, text.encode())
 
 
 def checksum(obj) -> str:
@@ -149,12 +172,14 @@ def read_checked(path: str):
     """(content of JSON file `path` without its checksum, whether it had one that holds).
 
     Raises:
-      CorruptFileError: naming the file when it is not valid JSON.
+      CorruptFileError: naming the file when it is not valid JSON (or a folder).
       ChecksumError: naming the file when its content differs from its checksum.
     """
     try:
         with open(path, "rb") as f:
             obj = json.loads(f.read())
+    except IsADirectoryError:
+        raise CorruptFileError(f"{path} is a folder, not a JSON file; move it away, or rerun with --force") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CorruptFileError(f"{path} is corrupt (not JSON: {e}); move it away, or rerun with --force") from None
     return verified(obj, path)

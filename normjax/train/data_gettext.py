@@ -18,6 +18,7 @@ import tempfile
 import numpy as np
 import sentencepiece as spm
 
+from normjax.io import write_bytes, write_text
 from normjax.train.data_text import DataError, read_lines
 from normjax.train.vocab import SubwordVocab
 
@@ -64,41 +65,69 @@ def locale_dirs(prefixes: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
-def read_mo(path: str) -> list[tuple[str, str]]:
-    """(msgid, msgstr) of a compiled catalog, decoded with its header's charset; a context is kept as
-    "ctx\\x04msgid", plural forms as NUL-separated strings (as the .mo file stores them)."""
-    with open(path, "rb") as f:
-        data = f.read()
+def read_bytes(path: str) -> bytes:
+    """The bytes of `path`; a folder, a broken link or an unreadable file is a DataError naming it."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise DataError(f"{path} cannot be read ({e.strerror or e}); a readable file is needed") from None
+
+
+def read_mo(path: str, data: bytes | None = None) -> list[tuple[str, str]]:
+    """(msgid, msgstr) of a compiled catalog (its bytes `data`, else read from `path`), decoded with its header's
+    charset; a context is kept as "ctx\\x04msgid", plural forms as NUL-separated strings (as the .mo file stores them).
+
+    Raises:
+      DataError: naming `path` when it is not a whole, well-formed .mo file (truncated, a table or string past
+        its end, an unknown revision or charset, text that is not in its charset).
+    """
+    data = read_bytes(path) if data is None else data
+    bad = lambda why: DataError(f"{path} is not a valid gettext .mo file ({why}); refused")
+    if len(data) < 20:
+        raise bad(f"{len(data)} bytes, shorter than its 20-byte header")
     (magic,) = struct.unpack("<I", data[:4])
     order = "<" if magic == MO_MAGIC else ">"
     if struct.unpack(f"{order}I", data[:4])[0] != MO_MAGIC:
         raise DataError(f"{path} is not a gettext .mo file (bad magic number)")
-    _, n, orig, trans = struct.unpack(f"{order}4I", data[4:20])
+    revision, n, orig, trans = struct.unpack(f"{order}4I", data[4:20])
+    if revision >> 16 not in (0, 1):
+        raise bad(f"major revision {revision >> 16}; 0 and 1 are known")
+    if max(orig, trans) + 8 * n > len(data):
+        raise bad(f"its tables of {n} entries end past the file's {len(data)} bytes: truncated")
     entries = []
     for i in range(n):
         (ln, lo), (tn, to) = (struct.unpack(f"{order}2I", data[t + 8 * i : t + 8 * i + 8]) for t in (orig, trans))
+        if max(lo + ln, to + tn) > len(data):
+            raise bad(f"entry {i} ends at byte {max(lo + ln, to + tn)}, past the file's {len(data)} bytes: truncated")
         entries.append((data[lo : lo + ln], data[to : to + tn]))
     header = dict(entries).get(b"", b"").decode("ascii", "replace")
     charset = re.search(r"charset=\s*([-\w]+)", header)
     enc = charset.group(1) if charset and charset.group(1).upper() != "CHARSET" else "utf-8"
-    return [(k.decode(enc, "replace"), v.decode(enc, "replace")) for k, v in entries]
+    try:
+        return [(k.decode(enc), v.decode(enc)) for k, v in entries]
+    except LookupError:
+        raise bad(f"its header's charset {enc!r} is not an encoding Python knows") from None
+    except UnicodeDecodeError as e:
+        raise bad(f"text that is not {enc}: {e.reason} at byte {e.start} of an entry") from None
 
 
-def _plural_index(entries) -> int:
-    """The plural form of n = 2 (the smallest English plural) from the header's Plural-Forms."""
+def _plural_index(entries, path: str) -> int:
+    """The plural form of n = 2 (the smallest English plural) from the header's Plural-Forms (DataError naming
+    `path` when it cannot be evaluated)."""
     header = dict(entries).get("", "")
     found = re.search(r"plural\s*=\s*([^;\n]+)", header)
     try:
         return int(gettext.c2py(found.group(1))(2)) if found else 1
-    except (ValueError, SyntaxError):
-        return 1
+    except (ValueError, SyntaxError, ArithmeticError, RecursionError) as e:
+        raise DataError(f"{path}: its Plural-Forms {found.group(1)[:60]!r} cannot be evaluated ({e})") from None
 
 
-def catalog_texts(path: str) -> dict[tuple[str, str], str]:
-    """{(context, English msgid): translation} of one catalog. A plural entry gives two: the singular
-    msgid with form 0 and the plural msgid with the form of n = 2."""
-    entries = read_mo(path)
-    plural = _plural_index(entries)
+def catalog_texts(path: str, data: bytes | None = None) -> dict[tuple[str, str], str]:
+    """{(context, English msgid): translation} of one catalog (its bytes `data`, else read from `path`). A plural
+    entry gives two: the singular msgid with form 0 and the plural msgid with the form of n = 2."""
+    entries = read_mo(path, data)
+    plural = _plural_index(entries, path)
     out = {}
     for key, value in entries:
         if not key:
@@ -149,9 +178,9 @@ def extract_pairs(spec: CorpusSpec):
         texts[lang] = {}
         for path in paths:
             domain = os.path.basename(path)[: -len(".mo")]
-            with open(path, "rb") as f:
-                catalogs.append({"path": path, "sha256": hashlib.sha256(f.read()).hexdigest()})
-            for (context, msgid), text in catalog_texts(path).items():
+            data = read_bytes(path)
+            catalogs.append({"path": path, "sha256": hashlib.sha256(data).hexdigest()})
+            for (context, msgid), text in catalog_texts(path, data).items():
                 texts[lang].setdefault((domain, context, msgid), text)
     keys = set.intersection(*(set(t) for t in texts.values())) if texts else set()
     side = lambda lang, key: key[2] if lang == "en" else texts[lang][key]
@@ -200,8 +229,7 @@ def train_bpe(lines: list[str], vocab_size: int) -> bytes:
 
 
 def _write(path: str, data: bytes) -> str:
-    with open(path, "wb") as f:
-        f.write(data)
+    write_bytes(path, data)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -210,12 +238,18 @@ def build_corpus(spec: CorpusSpec, out: str) -> dict:
     the train split, both sides) and OUT/manifest.json; returns the manifest.
 
     Raises:
-      DataError: fewer than spec.min_pairs pairs (one line: how many, and the folders looked in).
+      DataError: fewer than spec.min_pairs pairs (one line: how many, and the folders looked in), a split
+        that would be empty, or a catalog that is not a whole .mo file (naming it).
     """
     pairs, info = extract_pairs(spec)
     splits = {name: [] for name in SPLITS}
     for src, tgt in pairs:
         splits[split_of(src, spec)].append((src, tgt))
+    if empty := [name for name, rows in splits.items() if not rows]:
+        raise DataError(
+            f"the {' and '.join(empty)} split of {len(pairs)} {spec.src}-{spec.tgt} pairs is empty (valid_fraction="
+            f"{spec.valid_fraction}, test_fraction={spec.test_fraction}); raise the fraction or add catalogs"
+        )
     os.makedirs(out, exist_ok=True)
     files = {}
     for name, rows in splits.items():
@@ -237,8 +271,7 @@ def build_corpus(spec: CorpusSpec, out: str) -> dict:
         },
         "versions": {"python": platform.python_version(), "sentencepiece": spm.__version__},
     }
-    with open(os.path.join(out, MANIFEST), "w") as f:
-        json.dump(manifest, f, indent=1)
+    write_text(os.path.join(out, MANIFEST), json.dumps(manifest, indent=1))
     return manifest
 
 
@@ -249,8 +282,7 @@ def cache_root() -> str:
 
 
 def _sha256_file(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
 def cached_corpus(spec: CorpusSpec) -> str:
@@ -273,10 +305,11 @@ def cached_corpus(spec: CorpusSpec) -> str:
     tmp = tempfile.mkdtemp(prefix=f".tmp-{os.getpid()}-", dir=cache_root())
     try:
         build_corpus(spec, tmp)
-        os.rename(tmp, folder)
-    except OSError:
-        if not os.path.isfile(os.path.join(folder, MANIFEST)):
-            raise
+        try:
+            os.rename(tmp, folder)
+        except OSError as e:  # another builder won (its manifest is there), or something else is in the way
+            if not os.path.isfile(os.path.join(folder, MANIFEST)):
+                raise DataError(f"{folder} is in the way ({e.strerror}), with no {MANIFEST}: move it") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
@@ -304,16 +337,19 @@ def load_corpus(folder: str, src: str = "de", tgt: str = "en"):
       DataError: another language pair, a missing or changed file, or split files of unequal length.
     """
     path = os.path.join(folder, MANIFEST)
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = read_bytes(path)
     try:
         manifest = json.loads(raw)
         built = (manifest["settings"]["src"], manifest["settings"]["tgt"])
         tokenizer = manifest["tokenizer"]["file"]
         files = dict(manifest["files"]) | {tokenizer: manifest["tokenizer"]["sha256"]}
         pairs = {name: int(manifest["pairs"][name]) for name in SPLITS}
+        if odd := [n for n in files if not isinstance(n, str) or os.path.basename(n) != n or n in ("", ".", "..")]:
+            raise ValueError(f"file names {odd} are not plain names of files in its folder")
     except (ValueError, KeyError, TypeError) as e:
         raise DataError(f"{path} is not a corpus manifest ({type(e).__name__}: {e})") from None
+    if empty := [name for name in SPLITS if pairs[name] <= 0]:
+        raise DataError(f"{folder}: its {' and '.join(empty)} split is empty; rebuild it with larger fractions")
     if built != (src, tgt):
         raise DataError(f"{folder} is a {built[0]}-{built[1]} corpus but config.data.src_lang/tgt_lang are {src}-{tgt}")
     _check_files(folder, files)

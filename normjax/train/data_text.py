@@ -109,8 +109,12 @@ def byte_corpus_record(directory: str = "", suffix: str = ".py", max_bytes: int 
 
 
 def read_lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in f]
+    """The stripped lines of UTF-8 text file `path` (DataError naming it when it is not UTF-8)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.strip() for line in f]
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); give UTF-8 files") from None
 
 
 def load_parallel(directory: str, src_lang: str = "de", tgt_lang: str = "en", min_count: int = 1):

@@ -142,3 +142,127 @@ def test_cli_exit_2_with_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("config error: src and tgt are both 'de'")
     proc = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=120)  # no --out
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--out" in proc.stderr
+
+
+def _good_mo_bytes(tmp_path) -> bytes:
+    write_mo(str(tmp_path / "good.mo"), {"": HEADER} | good_pairs(20))
+    return (tmp_path / "good.mo").read_bytes()
+
+
+def _with_word(word: int, value: int):
+    return lambda data: data[: 4 * word] + struct.pack("<I", value) + data[4 * word + 4 :]
+
+
+HOSTILE = {  # name: (the bad catalog's bytes from a good one's, words of the message)
+    "empty": (lambda data: b"", ["0 bytes", "20-byte header"]),
+    "header cut": (lambda data: data[:12], ["12 bytes"]),
+    "tables cut": (lambda data: data[:40], ["tables of 21 entries", "truncated"]),
+    "strings cut": (lambda data: data[:-30], ["ends at byte", "truncated"]),
+    "huge count": (_with_word(2, 2**31), ["2147483648 entries", "truncated"]),
+    "table past the end": (_with_word(3, 10**9), ["past the file's"]),
+    "unknown revision": (_with_word(1, 7 << 16), ["major revision 7"]),
+    "bad charset": (lambda data: data.replace(b"charset=UTF-8", b"charset=NOPE-9"), ["charset 'NOPE-9'"]),
+    "not its charset": (lambda data: data.replace("ö".encode(), b"\xff\xfe"), ["not UTF-8"]),
+    "plural by zero": (lambda data: data.replace(b"(n != 1)", b"n%0     "), ["Plural-Forms 'n%0"]),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_damaged_catalog_is_refused_naming_it(tmp_path, case):
+    """Before: entries past the end read as empty strings, struct/Lookup/ZeroDivision tracebacks."""
+    damage, words = HOSTILE[case]
+    bad = tmp_path / "share" / "locale" / "de" / "LC_MESSAGES" / "bad.mo"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(damage(_good_mo_bytes(tmp_path)))
+    spec = CorpusSpec(prefixes=(str(tmp_path),), min_pairs=1)
+    with pytest.raises(DataError) as e:
+        build_corpus(spec, str(tmp_path / "out"))
+    assert str(bad) in str(e.value) and "\n" not in str(e.value)
+    assert all(word in str(e.value) for word in words), str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["folder", "broken link"])
+def test_a_catalog_that_is_no_file_is_refused_naming_it(tmp_path, kind):
+    folder = make_catalogs(tmp_path)
+    bad = folder / "bad.mo"
+    bad.mkdir() if kind == "folder" else bad.symlink_to(tmp_path / "nowhere.mo")
+    with pytest.raises(DataError, match=rf"{bad} cannot be read"):
+        build_corpus(CorpusSpec(prefixes=(str(tmp_path),), min_pairs=1), str(tmp_path / "out"))
+
+
+def test_an_empty_valid_or_test_split_is_an_error(tmp_path):
+    """Before: written with 0 valid and 0 test pairs, exit 0."""
+    make_catalogs(tmp_path)
+    spec = CorpusSpec(prefixes=(str(tmp_path),), vocab_size=80, min_pairs=1, valid_fraction=1e-9, test_fraction=1e-9)
+    with pytest.raises(DataError, match="the valid and test split of 95 de-en pairs is empty"):
+        build_corpus(spec, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def _edit_manifest(folder, edit):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _empty_valid(folder, manifest):
+    for lang in ("de", "en"):
+        (folder / f"valid.{lang}").write_bytes(b"")
+        manifest["files"][f"valid.{lang}"] = hashlib.sha256(b"").hexdigest()
+    manifest["pairs"]["valid"] = 0
+
+
+def _not_utf8(folder, manifest):
+    data = (folder / "valid.de").read_bytes()[:-2] + b"\xff\n"
+    (folder / "valid.de").write_bytes(data)
+    manifest["files"]["valid.de"] = hashlib.sha256(data).hexdigest()
+
+
+CORPUS_EDITS = {  # a built corpus edited: (edit(folder, manifest), words of the message)
+    "tokenizer file an int": (lambda f, m: m["tokenizer"].update(file=5), ["manifest.json", "file names [5]"]),
+    "a file outside": (lambda f, m: m["files"].update({"../x": "0"}), ["file names ['../x']"]),
+    "empty valid split": (_empty_valid, ["its valid split is empty"]),
+    "split not utf-8": (_not_utf8, ["valid.de is not UTF-8"]),
+}
+
+
+@pytest.mark.parametrize("case", CORPUS_EDITS)
+def test_the_training_path_refuses_a_damaged_corpus_in_one_line(tmp_path, case):
+    """load_corpus (what a gettext training run reads). Before: TypeError, a file outside the folder hashed,
+    'none of the 0 sequence pairs fits max_len', UnicodeDecodeError."""
+    build(tmp_path, valid_fraction=0.2, test_fraction=0.2)
+    edit, words = CORPUS_EDITS[case]
+    _edit_manifest(tmp_path / "out", lambda m: edit(tmp_path / "out", m))
+    with pytest.raises(DataError) as e:
+        data_gettext.load_corpus(str(tmp_path / "out"))
+    assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_a_training_run_on_a_damaged_catalog_exits_2_in_one_line(tmp_path, capsys, monkeypatch):
+    """The train CLI building its corpus from catalogs (config.data.catalog_prefixes). Before: a struct.error
+    traceback."""
+    from normjax.experiments import common
+    from normjax.experiments.train import EXPERIMENT
+
+    folder = make_catalogs(tmp_path)
+    (folder / "bad.mo").write_bytes(b"\xde\x12\x04\x95")
+    monkeypatch.setenv("NORMJAX_CACHE", str(tmp_path / "cache"))
+    args = ["--config.data.task=gettext", f"--config.data.catalog_prefixes={tmp_path}", "--print_config"]
+    assert common.run_cli(EXPERIMENT, ["prog", f"--workdir={tmp_path / 'w'}", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == f"data error: {folder / 'bad.mo'} is not a valid gettext .mo file (4 bytes, shorter than its "
+        "20-byte header); refused"
+    ), err
+
+
+def test_a_cache_folder_in_the_way_is_named(tmp_path, monkeypatch):
+    """Before: an OSError (directory not empty) traceback."""
+    make_catalogs(tmp_path)
+    monkeypatch.setenv("NORMJAX_CACHE", str(tmp_path / "cache"))
+    spec = CorpusSpec(prefixes=(str(tmp_path),), vocab_size=80, min_pairs=1)
+    folder = data_gettext.cached_corpus(spec)
+    os.remove(os.path.join(folder, "manifest.json"))
+    with pytest.raises(DataError, match=f"{folder} is in the way"):
+        data_gettext.cached_corpus(spec)
