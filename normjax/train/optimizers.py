@@ -6,7 +6,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-OPTIMIZERS = ("adam", "adamw", "sgd", "radam", "muon")
+from normjax.train import gi_adam
+
+# gi_adam.NAMES: GI-Adam and Adam with warmup on part of the stack (the answer study's interventions)
+OPTIMIZERS = ("adam", "adamw", "sgd", "radam", "muon", *gi_adam.NAMES)
 
 # Muon's update RMS matched to AdamW's (Liu et al. 2025, arXiv 2502.16982), so one lr serves both branches.
 MUON_RMS = 0.2
@@ -63,6 +66,8 @@ def direction(spec: OptimizerSpec) -> optax.GradientTransformation:
             muon_weight_dimension_numbers=muon_dimensions,
             consistent_rms=MUON_RMS,
         )
+    if spec.name in gi_adam.NAMES:
+        return gi_adam.direction(spec.name, spec.b1, spec.b2, spec.eps)
     if spec.name in ("adam", "adamw"):
         return optax.scale_by_adam(b1=spec.b1, b2=spec.b2, eps=spec.eps)
     if spec.name == "radam":
