@@ -154,6 +154,7 @@ class Block(nnx.Module):
                 qk_full_norm=("q", "k") if cfg.qk_norm and cfg.qk_norm_scope == "full" else (),
                 clip=cfg.qkv_clip,
                 logit_softcap=cfg.attn_logit_softcap,
+                out_gate=cfg.attn_gate,
                 inner_norm=wiring.inner_norm,
                 head_scale=wiring.head_scale,
                 ngpt_scale=ngpt_scale(cfg.d_model) if wiring.hypersphere else None,
@@ -193,14 +194,15 @@ class Block(nnx.Module):
         self, sublayer: Sublayer, ctx: BlockContext, records, key=None, logit_stats: bool = False, value_mix=None
     ):
         """The branch function F(h) of `sublayer`, residual dropout included; with `logit_stats` an attention
-        sublayer also records "<name>.logit_max" (B, T), see `LOGIT_SUFFIX`; `value_mix` goes to self attention
-        (`Attention`'s value hook)."""
+        sublayer also records "<name>.logit_max" (B, T) and "<name>.heads", see `LOGIT_SUFFIX` and `HEAD_SUFFIX`;
+        `value_mix` goes to self attention (`Attention`'s value hook)."""
         rate = self.dropout_rate
         keys = (None, None) if key is None else tuple(jax.random.split(key))
         rec = lambda role, z: records.setdefault(f"{sublayer.name}.{role}", z)
-        stat = None
+        stat = head_stat = None
         if logit_stats and sublayer.name != "ffn":
             stat = lambda m: records.__setitem__(f"{sublayer.name}{LOGIT_SUFFIX}", m)
+            head_stat = lambda d: records.__setitem__(f"{sublayer.name}{HEAD_SUFFIX}", d)
 
         def F(h):
             if sublayer.name == "ffn":
@@ -215,10 +217,18 @@ class Block(nnx.Module):
                     key=keys[0],
                     logit_stat=stat,
                     value_mix=value_mix,
+                    head_stat=head_stat,
                 )
             else:
                 out = sublayer.branch(
-                    h, ctx.memory, ctx.cross_bias, record=rec, dropout_rate=rate, key=keys[0], logit_stat=stat
+                    h,
+                    ctx.memory,
+                    ctx.cross_bias,
+                    record=rec,
+                    dropout_rate=rate,
+                    key=keys[0],
+                    logit_stat=stat,
+                    head_stat=head_stat,
                 )
             if self.branch_multiplier != 1.0:
                 out = out * jnp.asarray(self.branch_multiplier, out.dtype)
@@ -271,12 +281,15 @@ class Block(nnx.Module):
 # query the largest pre-mask logit over heads and allowed keys (normjax.layers.masked_logit_max). Not a norm
 # input: split_records keeps these keys out of the norm sites.
 LOGIT_SUFFIX = ".logit_max"
+# ... and of its per-head statistics ("attn.heads"): {"logit_max": (B, H, T), "first_key_mass": (B, H, T)}, see
+# `normjax.layers.Attention`'s head_stat.
+HEAD_SUFFIX = ".heads"
 
 
 def split_records(records: dict) -> tuple[dict, dict]:
     """({norm site: input}, {sublayer: branch output}) from a block's records (logit maxima left out:
     `logit_records`)."""
-    norm_inputs = {k: v for k, v in records.items() if not k.endswith((".out", LOGIT_SUFFIX))}
+    norm_inputs = {k: v for k, v in records.items() if not k.endswith((".out", LOGIT_SUFFIX, HEAD_SUFFIX))}
     branch_outputs = {k.removesuffix(".out"): v for k, v in records.items() if k.endswith(".out")}
     return norm_inputs, branch_outputs
 
@@ -284,3 +297,8 @@ def split_records(records: dict) -> tuple[dict, dict]:
 def logit_records(records: dict) -> dict:
     """{attention sublayer ("attn", "cross"): (B, T) logit maxima} from a block's records."""
     return {k.removesuffix(LOGIT_SUFFIX): v for k, v in records.items() if k.endswith(LOGIT_SUFFIX)}
+
+
+def head_records(records: dict) -> dict:
+    """{attention sublayer: {"logit_max", "first_key_mass"}: (B, H, T) each} from a block's records."""
+    return {k.removesuffix(HEAD_SUFFIX): v for k, v in records.items() if k.endswith(HEAD_SUFFIX)}

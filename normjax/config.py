@@ -19,6 +19,7 @@ DTYPES = ("float32", "float64", "bfloat16", "float16")
 NORM_GAINS = GAINS
 QK_NORM_SCOPES = ("head", "full")
 DYT_SITES = ("attn", "ffn", "final")  # the norm sites with their own DyT / Derf alpha_0
+ATTN_GATES = (None, "headwise", "elementwise")  # gated attention (Qiu et al. 2025): off, one gate per head / channel
 
 
 def _fail(field: str, value, expected: str):
@@ -75,6 +76,9 @@ class ModelConfig:
     attention's values with block 0's, v = (1 - lam_l) v + lam_l v_1 (lam_l = 0.5 at init); `x0_lambdas` starts
     every block with x = a_l x + c_l x_0, x_0 the stack's embedding output (a_l = 1, c_l = 0 at init). Blocks then
     map a `normjax.skips.SkipStream`; refused with ResiDual, hyper-connections and ngpt.
+
+    `attn_gate` ("headwise" | "elementwise", None = off) is gated attention (Qiu et al. 2025, Qwen3-Next): every
+    attention's SDPA output times sigmoid(x W_g + b_g) before the output projection (`normjax.layers.Attention`).
     """
 
     arch: str = "decoder"
@@ -126,6 +130,7 @@ class ModelConfig:
     sinkhorn_iters: int | None = None  # mhc's Sinkhorn-Knopp iterations t_max; None = 20
     value_residual: bool = False  # speedrun: v = (1 - lam_l) v + lam_l v_1 in every self attention, lam_l = 0.5
     x0_lambdas: bool = False  # speedrun: x = a_l x + c_l x_0 at every block's start, (a_l, c_l) = (1, 0)
+    attn_gate: str | None = None  # gated attention: SDPA output times sigmoid(x W_g + b_g) per head / channel
 
     def __post_init__(self):
         _check_choice("arch", self.arch, ARCHS)
@@ -170,6 +175,7 @@ class ModelConfig:
         _check_bool("final_norm", self.final_norm, allow_none=True)
         self._check_streams()
         self._check_skips()
+        self._check_attn_gate()
         for stack in self.stacks:
             if self.final_norm is False and self.has_dual_stream(stack):
                 _fail("final_norm", False, "resi_dual's output x_L + N(d_L) needs its norm; use None or True")
@@ -236,6 +242,14 @@ class ModelConfig:
                         f"the speedrun's skips are defined on one residual stream; the {stack} stack carries "
                         f"{self.stream_kind(stack)!r} streams (ResiDual / hyper-connections); leave it off",
                     )
+
+    def _check_attn_gate(self):
+        """Gated attention (Qiu et al. 2025): a choice, refused where the published form does not define it."""
+        _check_choice("attn_gate", self.attn_gate, ATTN_GATES)
+        if self.attn_gate is not None and self.placement == "ngpt":
+            _fail("attn_gate", self.attn_gate, "ngpt's attention has no such gate; use None")
+        if self.attn_gate is not None and self.theory:
+            _fail("attn_gate", self.attn_gate, "theory=True is Xiong et al.'s setting, which has no gate; use None")
 
     @property
     def has_skips(self) -> bool:

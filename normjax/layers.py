@@ -53,14 +53,19 @@ def attention_bias(key_mask_BS, num_queries: int, num_keys: int, *, causal: bool
     return jnp.where(allowed, 0.0, jnp.finfo(dtype).min).astype(dtype)
 
 
-def masked_logit_max(logits_BHTS, bias_B1TS):
-    """(B, T): the largest logit of each query over heads and the keys `bias_B1TS` allows (those not at the
+def masked_head_logit_max(logits_BHTS, bias_B1TS):
+    """(B, H, T): the largest logit of each query and head over the keys `bias_B1TS` allows (those not at the
     dtype's minimum, the masked value of `attention_bias`); -inf for a query with no allowed key."""
     logits_BHTS = logits_BHTS.astype(jnp.promote_types(logits_BHTS.dtype, jnp.float32))
     if bias_B1TS is not None:
         allowed = bias_B1TS > jnp.finfo(bias_B1TS.dtype).min / 2
         logits_BHTS = jnp.where(allowed, logits_BHTS, -jnp.inf)
-    return logits_BHTS.max(axis=(1, 3))
+    return logits_BHTS.max(axis=3)
+
+
+def masked_logit_max(logits_BHTS, bias_B1TS):
+    """(B, T): `masked_head_logit_max` maxed over heads."""
+    return masked_head_logit_max(logits_BHTS, bias_B1TS).max(axis=1)
 
 
 class Attention(nnx.Module):
@@ -88,6 +93,17 @@ class Attention(nnx.Module):
 
     `value_mix(v_BTD)`, when given, replaces the value projection (after `clip`, before any per-head norm) by what
     it returns: the speedrun's value residual (`normjax.skips.mix_value`, wired by `normjax.blocks.Block`).
+
+    `out_gate` ("headwise" | "elementwise") is gated attention (Qiu et al. 2025, arXiv 2505.06708, the G1 position):
+    the SDPA output of each head times sigmoid(x W_g + b_g), x the query-side input of the attention, before any
+    head scale, inner norm and the output projection; one gate per head (headwise) or per channel (elementwise).
+    qiuzh20/gated_attention `modeling_qwen3.py` (commit 49645df) lines 271-276 (the gate as extra columns of
+    q_proj, so drawn as W^Q: here its own Linear with the query's init), 304-312 and 355-356; Qwen3-Next
+    (transformers `Qwen3NextAttention`) is the elementwise form.
+
+    `head_stat(stats)`, when given, sees {"logit_max": (B, H, T) `masked_head_logit_max`, "first_key_mass":
+    (B, H, T) the softmax weight each query puts on key 0 (before attention dropout)}: the per-head max-logit
+    metric of QK-Clip and the attention-sink probe. Nothing is computed without it.
     """
 
     def __init__(
@@ -105,6 +121,7 @@ class Attention(nnx.Module):
         qk_full_norm=(),
         clip=None,
         logit_softcap=None,
+        out_gate=None,
         dtype=jnp.float32,
         param_dtype=jnp.float32,
         rngs,
@@ -122,9 +139,21 @@ class Attention(nnx.Module):
         self.head_scale = nnx.Param(jnp.ones((num_heads,), param_dtype)) if head_scale else None
         self.ngpt_scale = ngpt_scale
         self.sqk = None if ngpt_scale is None else nnx.Param(jnp.full((d_model,), ngpt_scale, param_dtype))
+        gate_width = {None: None, "headwise": num_heads, "elementwise": d_model}[out_gate]
+        self.out_gate = None if gate_width is None else _linear(d_model, gate_width, init_fn(gains["query"]), **lin)
 
     def __call__(
-        self, x_BTD, memory_BSD, bias_B1TS, *, record, dropout_rate=0.0, key=None, logit_stat=None, value_mix=None
+        self,
+        x_BTD,
+        memory_BSD,
+        bias_B1TS,
+        *,
+        record,
+        dropout_rate=0.0,
+        key=None,
+        logit_stat=None,
+        value_mix=None,
+        head_stat=None,
     ):
         B, T, D = x_BTD.shape
         H = self.num_heads
@@ -152,12 +181,18 @@ class Attention(nnx.Module):
             logits = softcap(logits, self.logit_softcap)
         if logit_stat is not None:
             logit_stat(masked_logit_max(logits, bias_B1TS))
+        head_max_BHT = None if head_stat is None else masked_head_logit_max(logits, bias_B1TS)
         if bias_B1TS is not None:
             logits = logits + bias_B1TS
         softmax_dtype = jnp.promote_types(dt, jnp.float32)  # never softmax in 16 bits
-        probs = jax.nn.softmax(logits.astype(softmax_dtype), axis=-1).astype(dt)
-        probs = dropout(probs, dropout_rate, key)
+        probs = jax.nn.softmax(logits.astype(softmax_dtype), axis=-1)
+        if head_stat is not None:
+            head_stat({"logit_max": head_max_BHT, "first_key_mass": probs[..., 0]})
+        probs = dropout(probs.astype(dt), dropout_rate, key)
         out_BTHK = jnp.einsum("bhts,bhsk->bthk", probs, v_BHSK)
+        if self.out_gate is not None:  # gated attention: sigmoid gate on each head's SDPA output
+            g_BTHG = jax.nn.sigmoid(self.out_gate(x_BTD)).reshape(B, T, H, -1)
+            out_BTHK = out_BTHK * g_BTHG.astype(dt)
         if self.head_scale is not None:
             out_BTHK = out_BTHK * self.head_scale[...].astype(dt)[:, None]
         out_BTD = out_BTHK.reshape(B, T, D)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from normjax.blocks import BlockContext, logit_records, split_records
+from normjax.blocks import BlockContext, head_records, logit_records, split_records
 from normjax.hyper import HyperStreams
 from normjax.jacobian import traced
 from normjax.layers import attention_bias
@@ -46,6 +46,10 @@ class StackProbes:
     (causal-allowed, unpadded; -inf where none is). Padded query rows are included: reduce over real tokens.
     These are not norm inputs (a separate record channel, `normjax.blocks.LOGIT_SUFFIX`); None when the
     probe did not record them.
+
+    attn_heads[l] maps the same sublayers to per-head statistics, {"logit_max": (B, H, T) as above per head,
+    "first_key_mass": (B, H, T) the softmax weight on key 0} (`normjax.layers.Attention`'s head_stat): the
+    inputs of `normjax.probes.sinks` and of the QK-Clip metric. None when not recorded.
     """
 
     streams: list
@@ -55,6 +59,7 @@ class StackProbes:
     dual_streams: list | None = None
     hyper_streams: list | None = None
     attn_logit_max: list | None = None
+    attn_heads: list | None = None
 
 
 def stack_names(model: Transformer) -> tuple[str, ...]:
@@ -87,6 +92,7 @@ def probe(model: Transformer, *inputs, **masks) -> tuple[jax.Array, dict[str, St
 def _stack_probes(model: Transformer, stack: str, records: list, last) -> StackProbes:
     split = [split_records({k: v for k, v in rec.items() if k != "stream"}) for rec in records]
     logit_max = [logit_records(rec) for rec in records]
+    heads = [head_records(rec) for rec in records]
     has_final = model.stacks[stack].final_norm is not None
     st = model.stacks[stack]
     states = [rec["stream"] for rec in records] + [last]
@@ -98,7 +104,7 @@ def _stack_probes(model: Transformer, stack: str, records: list, last) -> StackP
     elif st.skips:
         streams = [s.x for s in states]
     final = st.final_norm_input(last) if has_final else None
-    return StackProbes(streams, [s[0] for s in split], [s[1] for s in split], final, dual, hyper, logit_max)
+    return StackProbes(streams, [s[0] for s in split], [s[1] for s in split], final, dual, hyper, logit_max, heads)
 
 
 def probe_stream(
