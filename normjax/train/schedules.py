@@ -4,7 +4,7 @@ from collections.abc import Callable, Mapping
 
 import jax.numpy as jnp
 
-SCHEDULES = ("constant", "inverse_sqrt", "warmup_then_inverse_sqrt", "noam", "cosine", "linear")
+SCHEDULES = ("constant", "inverse_sqrt", "warmup_then_inverse_sqrt", "noam", "cosine", "linear", "wsd")
 
 Hparams = Mapping[str, jnp.ndarray]
 
@@ -77,6 +77,22 @@ def linear(step, hp):
     return jnp.where(_in_warmup(step, hp), _warmup(step, hp), decay)
 
 
+def wsd(step, hp):
+    """Warmup-stable-decay (MiniCPM, Hu et al. 2024, arXiv 2404.06395, WSD(T; s)): linear warmup, lr until
+    decay_start, then a linear decay from lr to end_lr at total_steps (end_lr after it).
+
+    The decay is the linear form of OpenBMB's bmtrain scheduler `WarmupStableDrop` (`get_lr_drop`:
+    lr (0.1 + 0.9 (end - step) / drop_iter), i.e. end_lr = 0.1 lr over the last drop_iter steps); its
+    `WarmupStableExp` is the exponential form (lr halved every drop_iter steps), not offered here.
+    decay_start is the step where the stable phase ends (MiniCPM decays over about the last 10%:
+    decay_start = 0.9 total_steps); below the warmup's end it is the warmup's end.
+    """
+    start = jnp.maximum(hp["decay_start"], hp["warmup_steps"])
+    frac = jnp.clip((step - start) / jnp.maximum(hp["total_steps"] - start, 1.0), 0.0, 1.0)
+    decay = hp["lr"] + (hp["end_lr"] - hp["lr"]) * frac
+    return jnp.where(_in_warmup(step, hp), _warmup(step, hp), decay)
+
+
 _BY_NAME: dict[str, Callable] = {
     "constant": constant,
     "inverse_sqrt": inverse_sqrt,
@@ -84,6 +100,7 @@ _BY_NAME: dict[str, Callable] = {
     "noam": noam,
     "cosine": cosine,
     "linear": linear,
+    "wsd": wsd,
 }
 
 
@@ -94,7 +111,7 @@ def learning_rate(kind: str, step: jnp.ndarray | int, hparams: Hparams) -> jnp.n
       kind: one of SCHEDULES (a static choice: it selects the formula).
       step: scalar step, Python number or traced array.
       hparams: scalars (traced in the train step): lr, warmup_steps, warmup_init_lr, total_steps,
-        end_lr, d_model (noam only), decay_start (warmup_then_inverse_sqrt only).
+        end_lr, d_model (noam only), decay_start (warmup_then_inverse_sqrt and wsd only).
 
     Returns:
       A float32 scalar.

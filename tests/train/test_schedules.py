@@ -83,7 +83,7 @@ def test_hyperparameters_are_traced_one_compile_serves_all():
 def test_unknown_schedule_names_choices():
     with pytest.raises(ValueError, match="inverse_sqrt"):
         learning_rate("nope", 0, hp())
-    assert set(SCHEDULES) == {"constant", "inverse_sqrt", "warmup_then_inverse_sqrt", "noam", "cosine", "linear"}
+    assert set(SCHEDULES) == {"constant", "inverse_sqrt", "warmup_then_inverse_sqrt", "noam", "cosine", "linear", "wsd"}
 
 
 def test_warmup_then_inverse_sqrt_values():
