@@ -15,7 +15,7 @@ from flax import nnx
 
 import normjax
 from normjax import io
-from normjax.train import decode, metric_writers, records, sharding, steps
+from normjax.train import compile_cache, decode, metric_writers, records, sharding, steps
 from normjax.train.batching import BatchSpec
 from normjax.train.checkpoint import REJECTED, Checkpointer, fingerprint
 from normjax.train.config_io import ConfigError, RunConfig, TrainConfig, divergence_loss, model_config
@@ -29,9 +29,11 @@ from normjax.train.tasks import Task, load_task, unigram_nll
 def compiled() -> types.SimpleNamespace:
     """The jitted steps, shared by every run in this process: a sweep compiles once per shape.
 
+    Turns on JAX's persistent compilation cache first (compile_cache: a later process reads these programs back).
     The train steps donate their state (no second copy of params and optimizer state) on accelerators
     only: on the CPU, donation made the sweep benchmark's step 28-29 ms instead of 22 (benchmarks/README.md).
     """
+    compile_cache.enable_compilation_cache()
     donate = () if jax.default_backend() == "cpu" else (1,)
     return types.SimpleNamespace(
         train=jax.jit(steps.train_step, static_argnums=0, donate_argnums=donate),
@@ -230,6 +232,19 @@ def clear_run(workdir: str) -> None:
         shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
 
 
+def device_record(cfg: normjax.ModelConfig) -> dict:
+    """Where and in which precision a run trained: the backend, the device kind and count, the model's dtypes and
+    JAX's default matmul precision (None: the backend's default, which on recent GPUs runs float32 matmuls in TF32)."""
+    return {
+        "backend": jax.default_backend(),
+        "kind": jax.devices()[0].device_kind,
+        "count": jax.device_count(),
+        "dtype": cfg.dtype,
+        "param_dtype": cfg.param_dtype,
+        "matmul_precision": jax.config.jax_default_matmul_precision,
+    }
+
+
 class Job:
     """One run in `workdir`: builds its state, resumes it, logs, evaluates, checkpoints, summarizes.
 
@@ -240,6 +255,7 @@ class Job:
     def __init__(self, run: RunConfig, workdir: str, mesh, force: bool = False):
         self.run, self.workdir, self.mesh = run, workdir, mesh
         self.task, cfg = prepare(run, mesh.size)
+        self.cfg = cfg
         self.main = jax.process_index() == 0
         config = records.to_jsonable(run.to_dict() | {"model": cfg.to_dict()})
         t = run.train
@@ -376,6 +392,7 @@ class Job:
                 "best_valid_nll": min(valid, default=None),
                 "wall_time_s": elapsed,
                 "steps_per_s": (step - self.start) / max(elapsed, 1e-9),
+                "device": device_record(self.cfg),
             }
             | ({"data": self.task.record} if self.task.record else {})
         )

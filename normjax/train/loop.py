@@ -4,6 +4,7 @@ import threading
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from tqdm.auto import tqdm
 
 from normjax.train import sharding
@@ -83,8 +84,21 @@ def run_group(
             job.close()
 
 
+@jax.jit
 def _stack(trees):
+    """The runs' pytrees stacked along a new leading run axis: one program per group size, not one per leaf."""
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+@jax.jit
+def _take(tree, i):
+    """Run `i` of a stacked pytree; `i` is traced, so every run of a group reads through one program."""
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def _host_stack(batches: list[dict]) -> dict:
+    """The runs' host batches stacked along a leading run axis (numpy: no device program)."""
+    return {k: np.stack([b[k] for b in batches]) for k in batches[0]}
 
 
 def run_steps(state, step_fn, start: int, stop: int, on_step=None, name: str = "run"):
@@ -116,7 +130,7 @@ def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: b
         for job in jobs:
             job.record(0, [])
     state = sharding.replicate(_stack([j.state for j in jobs]), mesh) if vmapped else jobs[0].state
-    take = (lambda tree, i: jax.tree.map(lambda x: x[i], tree)) if vmapped else (lambda tree, i: tree)
+    take = _take if vmapped else (lambda tree, i: tree)
     active, pending, summaries = list(range(len(jobs))), [], [None] * len(jobs)
     bar = tqdm(
         total=t.num_steps,
@@ -130,9 +144,15 @@ def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: b
 
     def step_fn(state, step):
         if vmapped:
-            batch = {k: jnp.stack(v) for k, v in _stack([j.host_batch(step) for j in jobs]).items()}
+            batch = _host_stack([j.host_batch(step) for j in jobs])
             return fns.vtrain(jobs[0].spec, state, sharding.shard_batch(batch, mesh, 1))
         return fns.train(jobs[0].spec, state, jobs[0].device_batch(jobs[0].host_batch(step)))
+
+    def run_metrics(i: int) -> list:
+        """Run i's metrics of the pending steps, read to the host once per record point."""
+        if vmapped and pending and not isinstance(pending[0]["loss"], np.ndarray):
+            pending[:] = jax.device_get(pending)
+        return [{k: v[i] for k, v in m.items()} for m in pending] if vmapped else list(pending)
 
     def on_step(step, state, metrics):
         """Divergence checks, records, evals and checkpoints after update `step`; True once no job is left."""
@@ -145,13 +165,13 @@ def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: b
             diverged = jax.device_get(state.diverged_at).reshape(-1)
             for i in [i for i in active if diverged[i] >= 0]:
                 jobs[i].state = take(state, i)
-                jobs[i].record(step, [take(m, i) for m in pending])
+                jobs[i].record(step, run_metrics(i))
                 summaries[i] = jobs[i].finish(step, int(diverged[i]))
                 active.remove(i)
         if log_due or eval_due:
             for i in active:
                 jobs[i].state = take(state, i)
-                jobs[i].record(step, [take(m, i) for m in pending] if log_due else [])
+                jobs[i].record(step, run_metrics(i) if log_due else [])
             if log_due:
                 pending.clear()
             if active and "train/loss" in jobs[active[0]].last:

@@ -7,7 +7,7 @@ import os
 from tqdm.auto import tqdm
 
 from normjax import io
-from normjax.train import records
+from normjax.train import compile_cache, records
 from normjax.train.config_io import ConfigError, RunConfig, as_dict, parse, path_component, set_path
 from normjax.train.config_schema import shape_key
 from normjax.train.job import read_summary, with_unigram
@@ -140,6 +140,7 @@ def run_sweep(
     mine = runs[i::n]
     os.makedirs(workdir, exist_ok=True)
     io.remove_stale_tmp(workdir)
+    compile_cache.enable_compilation_cache()  # before the first compile: worker processes inherit the setting
     count = 1 if mesh is not None else choose_workers(workers, len(mine))
     common = dict(runs=runs, workdir=workdir, force=force, vmap=vmap, progress=progress)
     if count == 1:

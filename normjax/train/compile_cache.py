@@ -1,0 +1,76 @@
+"""XLA programs built: JAX's persistent compilation cache on by default, and a count of compiles from JAX's log."""
+
+import collections
+import contextlib
+import logging
+import os
+
+import jax
+from jax.experimental.compilation_cache.compilation_cache import reset_cache
+
+CACHE_ENV = "NORMJAX_COMPILATION_CACHE"  # a folder, or "off"; unset: ~/.cache/normjax/xla (XDG_CACHE_HOME respected)
+_COMPILE_LOGGER = "jax._src.interpreters.pxla"  # the logger of jax.log_compiles' "Compiling <name> ..." lines
+
+
+def default_cache_dir() -> str | None:
+    """The folder for JAX's persistent compilation cache: $NORMJAX_COMPILATION_CACHE (None for "off"), else
+    $XDG_CACHE_HOME/normjax/xla or ~/.cache/normjax/xla."""
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen is not None:
+        return None if chosen.lower() in ("off", "") else chosen
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "normjax", "xla")
+
+
+def enable_compilation_cache(folder: str | None = None) -> str | None:
+    """Turns on JAX's persistent compilation cache (a program compiled by an earlier process of the same jax,
+    backend and flags is read back instead of compiled), unless one is set already (jax.config or
+    JAX_COMPILATION_CACHE_DIR: that setting is respected) or NORMJAX_COMPILATION_CACHE is "off".
+
+    Args:
+      folder: the cache folder; None: default_cache_dir().
+
+    Returns:
+      The cache folder in use, or None when the cache is off.
+    """
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return current
+    folder = folder or default_cache_dir()
+    if folder is None:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", folder)
+    reset_cache()  # JAX decides once per process whether a cache is used: at its first compile, maybe before this
+    return folder
+
+
+class _CompileCounter(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.names: collections.Counter = collections.Counter()
+
+    def emit(self, record):
+        if record.msg.startswith("Compiling ") and record.args:
+            self.names[str(record.args[0])] += 1
+
+
+@contextlib.contextmanager
+def count_compiles():
+    """Counts the XLA programs JAX lowers and compiles inside the block, by name (jit_train_step, ...), from the
+    log lines of jax.log_compiles (a persistent-cache hit counts too: it is the same program built again).
+
+    Yields:
+      A collections.Counter, name -> compiles, filled as the block runs.
+    """
+    logger, handler = logging.getLogger(_COMPILE_LOGGER), _CompileCounter()
+    level, propagate = logger.level, logger.propagate
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = propagate and jax.config.jax_log_compiles  # the debug lines go to the counter alone
+    logger.addHandler(handler)
+    try:
+        yield handler.names
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
