@@ -58,6 +58,29 @@ def check_token_ids(tokens, vocab_size: int, name: str = "tokens"):
         )
 
 
+def check_array(value, name: str) -> None:
+    """TypeError naming `name` when `value` is not an array (a list or tuple fails deep inside flax)."""
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        raise TypeError(f"{name} must be a jax or numpy array, got a {type(value).__name__}: pass jnp.asarray({name})")
+
+
+def checked_mask(mask, shape: tuple, name: str):
+    """`mask` (None: no padding) as a bool array of `shape`, True (or nonzero) for real tokens.
+
+    Raises:
+      TypeError: naming `name` when it is not an array, or not of bool or integer dtype.
+      ValueError: naming `name` when its shape is not `shape` (its tokens' (batch, length)).
+    """
+    if mask is None:
+        return None
+    check_array(mask, name)
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have its tokens' shape (batch, length) = {tuple(shape)}; got {mask.shape}")
+    if not (jnp.issubdtype(mask.dtype, jnp.bool_) or jnp.issubdtype(mask.dtype, jnp.integer)):
+        raise TypeError(f"{name} must be bool (True for real tokens) or integer 0/1, got dtype {mask.dtype}")
+    return mask if mask.dtype == jnp.bool_ else mask != 0
+
+
 class Embedder(nnx.Module):
     """tokens -> sqrt(d) * E[tokens] + positions, E ~ N(0, 1/d) (times T-Fixup's factor where it applies).
 
@@ -86,6 +109,7 @@ class Embedder(nnx.Module):
         self.norm = norm_factory(cfg)(d) if cfg.has_embedding_norm(stack) else None
 
     def __call__(self, tokens_BT, key=None):
+        check_array(tokens_BT, "tokens")
         shape, max_len = jnp.shape(tokens_BT), self.positions.shape[0]
         if len(shape) != 2 or 0 in shape or shape[1] > max_len:  # static shapes: checked under jit too
             raise ValueError(
@@ -280,6 +304,10 @@ class Transformer(nnx.Module):
     def _run(self, stack, tokens_BT, mask_BT, key, record, memory=None, memory_mask=None):
         keys = (None, None) if key is None else tuple(jax.random.split(key))
         x = self.embedders[stack](tokens_BT, keys[0])
+        names = {"encoder": "src_mask", "decoder": "tgt_mask"} if self.cfg.arch == "encoder_decoder" else {}
+        mask_BT = checked_mask(mask_BT, tokens_BT.shape, names.get(stack, "padding_mask"))
+        if memory is not None:
+            memory_mask = checked_mask(memory_mask, memory.shape[:2], "src_mask")
         ctx = self.context(stack, tokens_BT, mask_BT, memory, memory_mask)
         return self.stacks[stack](x, ctx, keys[1], record=record)
 

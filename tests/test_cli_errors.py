@@ -263,3 +263,40 @@ def test_token_shapes_the_model_cannot_take_are_named(shape):
     model = normjax.Transformer(normjax.ModelConfig(max_len=8, d_model=16, d_ff=32, num_layers=1), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=rf"got shape \({shape[0]},"):
         model(jnp.zeros(shape, jnp.int32))
+
+
+def _tiny(arch: str = "decoder"):
+    cfg = normjax.ModelConfig(arch=arch, max_len=8, d_model=16, d_ff=32, num_layers=1, num_heads=2, vocab_size=32)
+    return normjax.Transformer(cfg, rngs=nnx.Rngs(0))
+
+
+T_BT, M_BT = jnp.ones((2, 4), jnp.int32), jnp.ones((2, 4), bool)
+MODEL_INPUTS = {  # before: AttributeError inside flax, IndexError or a broadcasting TypeError inside attention
+    "tokens a list": (lambda m: m([[1, 2, 3]]), TypeError, "tokens must be a jax or numpy array, got a list"),
+    "tokens a tuple": (lambda m: m(((1, 2),)), TypeError, "tokens must be a jax or numpy array, got a tuple"),
+    "mask a list": (lambda m: m(T_BT, padding_mask=[[True] * 4] * 2), TypeError, "padding_mask must be a jax or"),
+    "mask (2, 5)": (lambda m: m(T_BT, padding_mask=M_BT[:, :1].repeat(5, 1)), ValueError, r"= \(2, 4\); got \(2, 5\)"),
+    "mask (4,)": (lambda m: m(T_BT, padding_mask=M_BT[0]), ValueError, r"padding_mask must have .* got \(4,\)"),
+    "mask (3, 4)": (lambda m: m(T_BT, padding_mask=M_BT[:1].repeat(3, 0)), ValueError, r"got \(3, 4\)"),
+    "mask float": (lambda m: m(T_BT, padding_mask=M_BT.astype(float)), TypeError, "bool .* or integer 0/1"),
+}
+SEQ2SEQ_INPUTS = {
+    "src a list": (lambda m: m([[1, 2]], T_BT), TypeError, "tokens must be a jax or numpy array"),
+    "src_mask (2, 3)": (lambda m: m(T_BT, T_BT, src_mask=M_BT[:, :3]), ValueError, r"src_mask must .* got \(2, 3\)"),
+    "tgt_mask a tuple": (lambda m: m(T_BT, T_BT, tgt_mask=((True,) * 4,) * 2), TypeError, "tgt_mask must be a jax"),
+}
+
+
+@pytest.mark.parametrize("case", [*MODEL_INPUTS, *SEQ2SEQ_INPUTS])
+def test_model_inputs_of_the_wrong_kind_are_named(case):
+    call, error, words = MODEL_INPUTS.get(case) or SEQ2SEQ_INPUTS[case]
+    with pytest.raises(error, match=words) as e:
+        call(_tiny("encoder_decoder" if case in SEQ2SEQ_INPUTS else "decoder"))
+    assert "\n" not in str(e.value)
+
+
+def test_an_integer_mask_means_nonzero_is_a_real_token():
+    """0/1 (or any nonzero) integer masks equal the bool mask; before, a 2 was `&`-ed with the causal mask to 0."""
+    model, mask = _tiny(), jnp.array([[1, 1, 0, 0], [1, 1, 1, 0]], bool)
+    want = model(T_BT, padding_mask=mask)
+    assert jnp.array_equal(model(T_BT, padding_mask=mask.astype(jnp.int32) * 2), want)
