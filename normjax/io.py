@@ -163,6 +163,23 @@ def note_unverified(path: str) -> None:
     _noted_unverified.add(path)
 
 
+def refuse_stripped(path: str, obj, current_code: str) -> None:
+    """Refuses a file read without a checksum (verified -> False) that the current code wrote: its
+    config._code is `current_code`, and this code writes every JSON object with its checksum, so the checksum
+    was stripped (with an edit, most likely). An older normjax's file (other code) passes, to be read unverified.
+
+    Raises:
+      ChecksumError: naming `path`.
+    """
+    config = obj.get("config") if isinstance(obj, dict) else None
+    code = config.get("_code") if isinstance(config, dict) else None
+    if current_code and code == current_code:
+        raise ChecksumError(
+            f"{path} has no checksum, but its config._code {code} is the current code's, which writes one: "
+            "stripped since (edited or damaged)"
+        )
+
+
 def write_json(path: str, obj) -> None:
     """Writes `obj` as JSON atomically (see write_text), an object with its checksum (with_checksum)."""
     write_text(path, json.dumps(with_checksum(obj), indent=2, sort_keys=True) + "\n")

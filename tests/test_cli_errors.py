@@ -300,3 +300,18 @@ def test_an_integer_mask_means_nonzero_is_a_real_token():
     model, mask = _tiny(), jnp.array([[1, 1, 0, 0], [1, 1, 1, 0]], bool)
     want = model(T_BT, padding_mask=mask)
     assert jnp.array_equal(model(T_BT, padding_mask=mask.astype(jnp.int32) * 2), want)
+
+
+@pytest.mark.parametrize("kind", ["folder", "link outside"])
+def test_the_report_cli_refuses_a_report_md_it_cannot_replace(tmp_path, kind):
+    """Before: REPORT.md a folder -> IsADirectoryError traceback; a link -> the file outside replaced, exit 0."""
+    outside, report = tmp_path / "outside.md", tmp_path / "work" / "REPORT.md"
+    outside.write_text("precious\n")
+    report.parent.mkdir()
+    report.mkdir() if kind == "folder" else report.symlink_to(outside)
+    env = os.environ | {"PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, "-m", "normjax.studies.report_cli", f"--workdir={report.parent}"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {report} is a"), proc.stderr
+    assert outside.read_text() == "precious\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from normjax.io import write_text
 from normjax.report.claims import REGISTRY
 from normjax.studies import STUDIES
 from normjax.threshold import SOURCES
@@ -76,8 +77,7 @@ def main(argv: list[str]) -> int:
             print(f"{DOC} is out of date: run python -m normjax.studies.claims_doc", file=sys.stderr)
             return 1
         return 0
-    with open(DOC, "w") as f:
-        f.write(text)
+    write_text(DOC, text)
     print(f"wrote {DOC}")
     return 0
 

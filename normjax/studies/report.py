@@ -6,11 +6,21 @@ import datetime
 import glob
 import os
 
-from normjax.io import ChecksumError, CorruptFileError, WorkdirError, read_json
+from normjax.io import (
+    ChecksumError,
+    CorruptFileError,
+    WorkdirError,
+    note_unverified,
+    read_checked,
+    read_json,
+    refuse_stripped,
+    write_text,
+)
 from normjax.report.claims import BY_ID, CLAIMS, CONSTRUCTION, EMPIRICAL, INCONCLUSIVE, NOT_TESTABLE
 from normjax.report.rules import claim_verdict
 from normjax.studies import BY_NAME
 from normjax.studies.judge import judge, sensitivity
+from normjax.studies.runner import code_fingerprint
 
 SECTIONS = {
     "S": "Seed-note claims",
@@ -30,36 +40,52 @@ MARK = {
     CONSTRUCTION: CONSTRUCTION,
 }
 NOT_RUN = "not run"
+UNVERIFIED = "[unverified: no checksum, an older normjax's file]"
 
 
 def load_results(workdir: str) -> dict[str, dict]:
     """{experiment: saved results.json, with "verdicts" from the current rules} for every study under `workdir`.
 
-    Results without a checksum (an older normjax) are judged unverified, with a note (io.note_unverified).
+    Results without a checksum written by an older normjax (other code) are judged unverified, with a note
+    (io.note_unverified): "unverified": True, and each verdict row marked UNVERIFIED.
 
     Raises:
       WorkdirError: `workdir` is not a folder.
-      CorruptFileError: naming a results.json that is not JSON, fails its checksum (ChecksumError), is not a
-        study's results, or that the current rules cannot judge.
+      CorruptFileError: naming a results.json that is not JSON, fails its checksum or lacks one though the
+        current code wrote it (ChecksumError), is not a study's results, or that the current rules cannot judge;
+        or a damaged sweep.json beside it.
     """
     if not os.path.isdir(workdir):
         raise WorkdirError(f"--workdir={workdir!r} is not a folder (it should hold <study>/results.json)")
     found = {}
     for path in sorted(glob.glob(os.path.join(workdir, "*", "results.json"))):
         try:
-            saved = read_json(path)
+            saved, checked = read_checked(path)
+            name = saved.get("experiment", os.path.basename(os.path.dirname(path))) if isinstance(saved, dict) else ""
+            if not checked and name in BY_NAME:
+                refuse_stripped(path, saved, code_fingerprint(BY_NAME[name].compute))
         except ChecksumError as e:
             raise ChecksumError(f"{e}; the report uses no altered results: rerun that study with --force") from None
         if not isinstance(saved, dict) or not isinstance(saved.get("results"), dict):
             raise CorruptFileError(f"{path} is not a study's results (no results dict)")
-        name = saved.get("experiment", os.path.basename(os.path.dirname(path)))
+        if not checked:
+            note_unverified(path)
         try:
             verdicts = judge(name, saved["results"], path)
         except CorruptFileError:
             raise
         except ValueError as e:  # e.g. a text where a rule reads a number (judge names Key/Index/TypeErrors)
             raise CorruptFileError(f"{path}: the {name} rules cannot read these results ({e})") from None
-        found[name] = saved | {"verdicts": verdicts, "study_wall_time_s": study_wall_time(path, saved)}
+        if not checked:  # every row built from it says so (verdict tables, summary, the study's section)
+            verdicts = [r | {k: f"{UNVERIFIED} {r[k]}" for k in ("measured", "key") if r.get(k)} for r in verdicts]
+        try:
+            wall = study_wall_time(path, saved)
+        except CorruptFileError:
+            raise
+        except (AttributeError, TypeError, ValueError) as e:
+            sweep = os.path.join(os.path.dirname(path), "sweep.json")
+            raise CorruptFileError(f"{sweep} is not a sweep's record ({type(e).__name__}: {e})") from None
+        found[name] = saved | {"verdicts": verdicts, "study_wall_time_s": wall, "unverified": not checked}
     return found
 
 
@@ -288,7 +314,8 @@ def build_report(workdir: str, wall_time_s: float | None = None) -> str:
     ]
     for name, saved in studies.items():
         lines += study_section(name, saved, workdir)
+    if unverified := [name for name, saved in studies.items() if saved["unverified"]]:
+        lines[4:4] = [f"**Unverified results** (no checksum: an older normjax's files): {', '.join(unverified)}.", ""]
     path = os.path.join(workdir, "REPORT.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
     return path

@@ -11,6 +11,7 @@ from faults.fault_runs import assert_same_run, interrupted_study, train
 from normjax import io, studies
 from normjax.report import CLAIMS, verdict_row
 from normjax.studies import runner
+from normjax.studies.report import UNVERIFIED as REPORT_UNVERIFIED
 from normjax.studies.report import build_report
 from normjax.train import records
 
@@ -100,7 +101,9 @@ def test_results_json_without_checksum_is_read_with_one_note(tmp_path, caplog, m
 def rules(monkeypatch):
     """Study 'alpha' whose rule reads results["x"] as a number."""
     rule = lambda r: [verdict_row(next(iter(CLAIMS)), "", f"{float(r['x'])}", "holds", "")]
-    fake = studies.Study("alpha", types.ModuleType("alpha"), types.ModuleType("alpha"), rule, claims=tuple(CLAIMS))
+    measure = types.ModuleType("alpha")
+    measure.compute = _compute  # its code fingerprint: this file's
+    fake = studies.Study("alpha", measure, types.ModuleType("alpha"), rule, claims=tuple(CLAIMS))
     monkeypatch.setitem(studies.BY_NAME, "alpha", fake)
 
 
@@ -156,3 +159,39 @@ def test_edited_metrics_record_sets_the_run_aside_and_retrains_it(finished, refe
     for name in ("metrics.jsonl", "summary.json", "checkpoints"):
         assert (finished / f"{name}.rejected").exists(), name
     assert_same_run(finished, reference)
+
+
+def _stripped(path, code: str) -> None:
+    """results.json without its checksum, as `code` would have written it."""
+    _edit(path, lambda c: (c.pop(io.CHECKSUM_KEY), c["config"].update(_code=code), c["results"].update(x=2.0)))
+
+
+def test_report_refuses_stripped_results_of_the_current_code(tmp_path, rules):
+    """Before: read 'unverified' with one stderr line blaming an older normjax, and used."""
+    path = _results(tmp_path, 1.0)
+    _stripped(path, runner.code_fingerprint(_compute))
+    with pytest.raises(io.ChecksumError, match=rf"^{path} has no checksum, but its config._code .* --force$"):
+        build_report(str(tmp_path))
+    assert not (tmp_path / "REPORT.md").exists()
+
+
+def test_report_names_an_older_normjax_results_in_its_header_and_every_row(tmp_path, rules):
+    """Before: REPORT.md said nothing of it."""
+    _stripped(_results(tmp_path, 1.0), "0123456789abcdef")
+    text = (tmp_path / "REPORT.md").read_text() if build_report(str(tmp_path)) else ""
+    header = text.split("## Summary")[0]
+    assert "**Unverified results** (no checksum: an older normjax's files): alpha." in header
+    rows = [line for line in text.splitlines() if "2.0" in line and ("(alpha)" in line or line.startswith("- **"))]
+    assert len(rows) >= 3 and all(REPORT_UNVERIFIED in row for row in rows), rows  # summary, verdict table, section
+
+
+@pytest.mark.parametrize(
+    "content", ["[1, 2]", '{"runs": {"a": 1}}', '{"runs": [{"summary": {"wall_time_s": "soon"}}]}', "{oops", "dir"]
+)
+def test_report_names_a_damaged_sweep_json(tmp_path, rules, content):
+    """Before: AttributeError / ValueError tracebacks (a damaged sweep.json beside a results.json)."""
+    path = _results(tmp_path, 1.0).parent / "sweep.json"
+    path.mkdir() if content == "dir" else path.write_text(content)
+    with pytest.raises(io.CorruptFileError, match=rf"^{path} (is not a sweep's record|is corrupt|is a folder)") as e:
+        build_report(str(tmp_path))
+    assert "\n" not in str(e.value)

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from normjax.io import read_json
+from normjax.io import read_json, write_text
 from normjax.studies.diagnose import probe as diagnose_probe
 
 
@@ -118,8 +118,7 @@ def format_table(results: dict, markdown: bool = False) -> str:
 
 
 def write_markdown(results: dict, path: str) -> None:
-    with open(path, "w") as f:
-        f.write(format_table(results, markdown=True) + "\n")
+    write_text(path, format_table(results, markdown=True) + "\n")
 
 
 def _times(x: float) -> str:

@@ -10,6 +10,7 @@ import platform
 import jax
 
 from normjax import train
+from normjax.io import write_bytes
 from normjax.studies.warmup_ablation import figures, runs_code
 from normjax.studies.warmup_ablation.config import (
     TRANSLATION,
@@ -159,8 +160,7 @@ def translation_record(config, runs: list[dict], folder: str) -> dict | None:
         raw = f.read()
     if hashlib.sha256(raw).hexdigest() != data["manifest_sha256"]:
         raise ValueError(f"{data['path']}/manifest.json changed since the translation runs read it (sha256 differs)")
-    with open(os.path.join(folder, MANIFEST_COPY), "wb") as f:
-        f.write(raw)
+    write_bytes(os.path.join(folder, MANIFEST_COPY), raw)
     return {"axes": axes, "data": data, "manifest": MANIFEST_COPY}
 
 
