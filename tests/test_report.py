@@ -11,7 +11,7 @@ import pytest
 from normjax import studies
 from normjax.io import CorruptFileError, write_json
 from normjax.report import CLAIMS, verdict_row
-from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE
+from normjax.report.claims import BY_ID, CONSTRUCTION, INCONCLUSIVE, NOT_REPRODUCED
 from normjax.report.rules import Threshold, combine, mean_ci
 from normjax.studies import claims_doc, runner
 from normjax.studies.hidden_norms import measure as hidden_norms
@@ -87,7 +87,10 @@ def test_report_has_a_row_per_claim_and_keeps_negative_verdicts(tmp_path, fake_r
     x5 = next(line for line in text.splitlines() if line.startswith("| X5: "))
     assert "**does not hold**" in x5 and "slope -0.12 +- 0.02 (alpha)" in x5
     assert "[fit.png](alpha/fit.png)" in x5
-    assert "| X5 | **does not hold** | does not hold: slope -0.12 [-0.16, -0.08] (3 seeds) (alpha) |" in text
+    assert (
+        "| X5 | paper, in its setting | **does not hold** | does not hold: slope -0.12 [-0.16, -0.08] (3 seeds) "
+        "(alpha) |" in text
+    )
     assert (
         f"{len(CLAIMS)} claims; empirical: 1 holds, 1 does not hold, 1 not testable at this scale; 1 verified by "
         f"construction; {len(CLAIMS) - 4} not run" in text
@@ -100,12 +103,12 @@ def test_report_has_a_row_per_claim_and_keeps_negative_verdicts(tmp_path, fake_r
 def test_rules_run_when_the_report_is_built_not_when_measured(tmp_path, fake_rules):
     """Rewording a rule changes the verdict of an old results folder without recomputing anything."""
     _study(tmp_path, "alpha", [verdict_row("S4", "grows", "ratio 19", "holds", "old rule")])
-    assert "| S4 | holds |" in _report(tmp_path)
+    assert "| S4 | folk claim | holds |" in _report(tmp_path)
     fake_rules.verdicts = lambda results: [
         r | {"verdict": "partly holds", "reason": "new rule"} for r in results["rows"]
     ]
     text = _report(tmp_path)
-    assert "| S4 | partly holds |" in text and "new rule" in text
+    assert "| S4 | folk claim | partly holds |" in text and "new rule" in text
 
 
 def test_a_run_that_is_not_its_preset_is_marked_with_the_differing_keys(tmp_path, fake_rules):
@@ -113,8 +116,8 @@ def test_a_run_that_is_not_its_preset_is_marked_with_the_differing_keys(tmp_path
     _study(tmp_path, "alpha", [verdict_row("S4", "grows", "ratio 19", "holds", "r")], provenance=differs)
     _study(tmp_path, "beta", [verdict_row("S6", "same", "1.0", "holds", "r")], provenance={})
     text = _report(tmp_path)
-    assert "| S4 | holds (*differs from :quick in train.num_steps, seed*) |" in text
-    assert "| S6 | holds (*run without a recorded preset*) (*machine-dependent: CPU time" in text
+    assert "| S4 | folk claim | holds (*differs from :quick in train.num_steps, seed*) |" in text
+    assert "| S6 | folk claim | holds (*run without a recorded preset*) (*machine-dependent: CPU time" in text
 
 
 def test_results_the_current_rules_cannot_read_are_an_error_naming_the_file(tmp_path):
@@ -206,7 +209,7 @@ def test_a_claim_gets_one_verdict_from_its_rows_across_studies(tmp_path, fake_ru
     _study(tmp_path, "alpha", [verdict_row("S1", "p", "grows", "holds", "r", key="slope +0.4")])
     _study(tmp_path, "beta", [verdict_row("S1", "p", "flat", "does not hold", "r", key="e 0.02")])
     text = _report(tmp_path)
-    assert "| S1 | partly holds | holds: slope +0.4 (alpha); does not hold: e 0.02 (beta) |" in text
+    assert "| S1 | folk claim | partly holds | holds: slope +0.4 (alpha); does not hold: e 0.02 (beta) |" in text
     assert f"{len(CLAIMS)} claims; empirical: 1 partly holds; 0 verified by construction" in text
     assert "| S1: " in text and "| S1 (evidence 2) |" in text  # the rows stay as evidence under the claim
 
@@ -225,7 +228,7 @@ def test_a_claim_whose_interval_straddles_its_threshold_is_inconclusive(tmp_path
         )
     ]  # fmt: skip
     text = _report(tmp_path)
-    assert f"| D2 | {INCONCLUSIVE} |" in text and "| S4 | holds |" in text
+    assert f"| D2 | {BY_ID['D2'].scope_text} | {INCONCLUSIVE} |" in text and "| S4 | folk claim | holds |" in text
 
 
 @pytest.fixture
@@ -234,7 +237,8 @@ def thresholded(monkeypatch):
     table = {
         "CUT": Threshold(1.0, "a test cut"),
         "UNUSED": Threshold(5.0, "read by no rule"),
-        "ZERO": Threshold(0.0, ""),
+        "ZERO": Threshold(0.0, "", unit=0.2),
+        "FRACTION": Threshold(0.9, "", bounded=True),
     }
 
     def rules(results):
@@ -251,12 +255,17 @@ def test_sensitivity_table_lists_what_flips_when_a_threshold_moves(tmp_path, thr
     """Values 1.1-1.3: above 1.0 (holds); at 1.25 the interval straddles (inconclusive); at 0.75 still holds."""
     _study(tmp_path, "gamma", [], results={"values": [1.15, 1.2, 1.25]})
     text = _report(tmp_path)
+    # +-50% of 1.0: at 0.5 it still holds; at 1.5 the interval [1.08, 1.32] lies below: contradicted, and R6 is
+    # measured outside its paper's setting, so the claim reads "not reproduced", not "does not hold"
     assert (
-        f"| `CUT` (gamma) | 1 | no flip | R6 (gamma): holds -> {INCONCLUSIVE}; claim R6: holds -> {INCONCLUSIVE} |"
-        in text
+        "| `CUT` (gamma) | 1 | relative | to 0.5: no flip | to 1.5: R6 (gamma): holds -> does not hold; claim R6: "
+        f"holds -> {NOT_REPRODUCED} |" in text
     )
-    assert "| `UNUSED` (gamma) | 5 | no row changes | no row changes |" in text
-    assert "| `ZERO` (gamma) | 0 | not moved (its value is 0) |" in text
+    assert "| `UNUSED` (gamma) | 5 | relative | to 2.5: no row changes | to 7.5: no row changes |" in text
+    assert "| `ZERO` (gamma) | 0 | additive, unit 0.2 | to -0.1: no row changes | to 0.1: no row changes |" in text
+    assert "| `FRACTION` (gamma) | 0.9 | complement 1 - value | to 0.95: no row changes | to 0.85:" in text
+    # the nearest flip: +12.5% (1.125) already puts the cut inside the interval
+    assert f"| R6 | holds | `CUT` (gamma) +12.5%: {INCONCLUSIVE} |" in text
     assert thresholded["CUT"].value == 1.0  # restored after the table
 
 

@@ -9,6 +9,19 @@ NOT_TESTABLE = "not testable at this scale"  # not measured here: data, seeds or
 EMPIRICAL = ("holds", "partly holds", "does not hold", INCONCLUSIVE, NOT_TESTABLE)
 CONSTRUCTION = "verified by construction"  # a check of how the code is written, counted apart from findings
 VERDICTS = EMPIRICAL + (CONSTRUCTION,)
+# A claim measured outside its own setting whose checks are contradicted: the data do not refute the paper there.
+NOT_REPRODUCED = "not reproduced at this scale"
+
+# Where a claim is tested, relative to the setting it is made in (SCIENCE.md, "Scope and mechanism"). "does not
+# hold" is kept for a contradiction in the claim's own setting; outside it the claim reads NOT_REPRODUCED.
+SCOPES = {
+    "paper, in its setting": "the paper's statement, measured in the setting it is made in",
+    "paper, outside its setting": "the paper's statement, measured outside its setting (`outside` says how)",
+    "folk claim": "a claim of the seed notes (interview folklore), measured in the setting it states",
+    "library default": "a library's default choice, not a statement of the paper",
+    "construction": "a check of how this code is written",
+}
+OUTSIDE = "paper, outside its setting"
 
 XIONG = "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (arXiv 2002.04745)"
 LIU = "Liu et al. 2020, Understanding the Difficulty of Training Transformers (arXiv 2004.08249)"
@@ -29,9 +42,25 @@ class Claim:
     source: str
     statement: str  # the claim in this project's words, with the prediction a study can test
     machine_dependent: str = ""  # why its verdict can differ between machines (timings), shown beside it
+    scope: str = "folk claim"  # one of SCOPES
+    outside: str = ""  # for OUTSIDE: the axes on which the measurement leaves the paper's setting
+
+    def __post_init__(self):
+        if self.scope not in SCOPES:
+            raise ValueError(f"claim {self.id}: scope {self.scope!r} is not one of {', '.join(SCOPES)}")
+        if (self.scope == OUTSIDE) != bool(self.outside):
+            raise ValueError(f"claim {self.id}: `outside` names the axes exactly when the scope is {OUTSIDE!r}")
+
+    def scoped(self, verdict: str) -> str:
+        """The claim's verdict as the report states it: a contradiction outside its setting is NOT_REPRODUCED."""
+        return NOT_REPRODUCED if verdict == "does not hold" and self.scope == OUTSIDE else verdict
+
+    @property
+    def scope_text(self) -> str:
+        return f"{self.scope} ({self.outside})" if self.outside else self.scope
 
 
-REGISTRY = (
+_CLAIMS = (
     Claim("S1", "Post-LN at init: LN input grows with depth, dLN/dz shrinks, gradients vanish toward shallow layers",
           FOLKLORE, "In Post-LN the input z = x + F(x) of every LayerNorm grows with depth, so ||dLN/dz|| = 1/sigma "
           "shrinks and gradients decay exponentially toward the first layers (measured here at init; in training "
@@ -144,7 +173,69 @@ REGISTRY = (
           "Unconstrained hyper-connections' composite residual mapping prod_l H_res^l can grow over depth; "
           "projecting every H_res onto the doubly stochastic matrices (Sinkhorn-Knopp) keeps its spectral norm "
           "<= 1 (checked on the model's own H_res at init and after perturbing them)."),
+    Claim("A1", "GI-Adam (second moment initialized from the first gradient) trains Post-LN without warmup",
+          "Kalra & Barkeshli 2024, Why Warmup the Learning Rate? Underlying Mechanisms and Improvements (arXiv "
+          "2406.09405)", "If warmup's job is to tame Adam's early preconditioner (its second moment starting at 0, "
+          "a large preconditioned sharpness), initializing that moment from the first gradient's square (GI-Adam) "
+          "without any warmup trains where Adam without warmup fails (answer study: Post-LN at the failing cell)."),
+    Claim("A2", "Warmup of the top half of the stack alone rescues Post-LN; of the bottom half alone it does not",
+          XIONG + ", where the large early gradients sit near the output", "Xiong et al. locate Post-LN's large "
+          "expected gradients at init near the output layer; if that is what warmup protects, a warmup applied to "
+          "the top half of the stack only (the bottom half at the peak lr from step 0) trains where no warmup "
+          "fails, and a warmup of the bottom half only does not."),
+    Claim("A3", "Warmup keeps Post-LN's Adam-preconditioned sharpness further below the adaptive edge of stability",
+          "Kalra & Barkeshli 2024 (arXiv 2406.09405); Cohen et al. 2022, Adaptive Gradient Methods at the Edge of "
+          "Stability (arXiv 2207.14484)", "Warmup carries the network into better-conditioned regions: during the "
+          "warmup window the top eigenvalue of P^-1 H (P = sqrt(nu_hat) + eps) reaches a smaller fraction of the "
+          "threshold (2 + 2 b1) / ((1 - b1) lr_t) with warmup than without, and Post-LN's fraction without warmup "
+          "exceeds Pre-LN's (Lanczos on Hessian-vector products, tracked during training)."),
+    Claim("A4", "RAdam trains Post-LN without warmup",
+          "Liu L. et al. 2020, On the Variance of the Adaptive Learning Rate and Beyond (RAdam, arXiv 1908.03265)",
+          "RAdam's rectification withholds the adaptive step until the second moment's variance is tractable, a "
+          "built-in warmup: it trains Post-LN where Adam without warmup fails."),
+    Claim("A5", "Post-LN, where it trains, reaches a lower final loss than Pre-LN", LIU + "; the field's 'Post-LN "
+          "is better when it trains'", "Each at its own best lr (chosen on the first seed from the lr window), "
+          "Post-LN's final validation nll is below Pre-LN's at every depth measured (paired by seed, both "
+          "trained)."),
 )  # fmt: skip
+CONSTRUCTION_SCOPE = {"scope": "construction"}
+SCOPE = {  # where each claim is tested, relative to the setting it is made in (shown in the report's summary)
+    "X1": CONSTRUCTION_SCOPE, "X2": CONSTRUCTION_SCOPE, "D1": CONSTRUCTION_SCOPE, "R1": CONSTRUCTION_SCOPE,
+    "R7": CONSTRUCTION_SCOPE,
+    "X3": {"scope": "paper, in its setting"},  # Lemma 2's own setting: init, one head, W^Q = W^K = 0
+    "X4": {"scope": "paper, in its setting"},  # a property of LayerNorm at any input
+    "X5": {"scope": "paper, in its setting"},  # Theorem 1 is a bound at init, measured at init
+    "X8": {"scope": "paper, in its setting"},  # the paper's settings themselves (run only at :paper)
+    "R2": {"scope": "paper, in its setting"},  # the Jacobian at init, as Bachlechner et al. measure it
+    "N2": {"scope": "paper, in its setting"},  # a property of the doubly stochastic projection, any weights
+    "X6": {"scope": OUTSIDE, "outside": "width d 128 (paper 512), a 6-6 model on the synthetic copy task and "
+           "byte batches instead of IWSLT14"},
+    "X7": {"scope": OUTSIDE, "outside": "depth 2-2 (paper 6-6), width d 128 (512), gettext De-En (IWSLT14), 600 "
+           "steps (50 epochs)"},
+    "L1": {"scope": OUTSIDE, "outside": "width d 32 (paper 512), byte-LM batches instead of WMT14 En-De"},
+    "L3": {"scope": OUTSIDE, "outside": "width d 128 (paper 512), the synthetic copy task instead of WMT14/IWSLT14"},
+    "L2": {"scope": "library default"},  # admin-torch's closed form, not a statement of Liu et al.
+    "D2": {"scope": OUTSIDE, "outside": "decoder-only byte LM, d 32, 100 steps (paper: 64-128-2 encoder-decoders "
+           "on IWSLT14)"},
+    "D3": {"scope": OUTSIDE, "outside": "decoder-only byte LM, d 32, 100 steps (paper: encoder-decoders on "
+           "IWSLT14 / WMT)"},
+    "R3": {"scope": OUTSIDE, "outside": "small byte LMs (paper: 6-6 NMT models on IWSLT14 / WMT14)"},
+    "R4": {"scope": OUTSIDE, "outside": "byte LMs at d 32-64 and init-time streams (paper: 400M-3.2B LLMs "
+           "pre-trained on 30B tokens)"},
+    "R5": {"scope": OUTSIDE, "outside": "at init on the synthetic copy task and 24-layer byte LMs, d 64, 600 steps "
+           "(paper: LLaMA 71M-1B in pre-training)"},
+    "R6": {"scope": OUTSIDE, "outside": "small byte LMs (paper: ViT, DiT, LLaMA 7B-70B)"},
+    "N1": {"scope": OUTSIDE, "outside": "at init and in 24-layer byte LMs, d 64, 600 steps (paper: trained LLMs, "
+           "130M-7B)"},
+    "W1": {"scope": OUTSIDE, "outside": "d 128, 600 steps, a byte LM (paper: 9.4M-1.2B parameters, 10k+ steps, "
+           "C4)"},
+    "W2": {"scope": OUTSIDE, "outside": "d 128, 600 steps, a byte LM, depth 6-12 as the size axis (paper: "
+           "9.4M-1.2B parameters, C4)"},
+    "W3": {"scope": OUTSIDE, "outside": "d 128, 600 steps, a byte LM (paper: 9.4M-1.2B parameters, C4)"},
+    **{c: {"scope": OUTSIDE, "outside": "decoder-only byte LMs, d 64-128, 120-600 steps (papers: CIFAR / "
+           "WikiText models, NMT 6-6 on IWSLT14 / WMT14)"} for c in ("A1", "A2", "A3", "A4", "A5")},
+}  # fmt: skip
+REGISTRY = tuple(dataclasses.replace(c, **SCOPE.get(c.id, {})) for c in _CLAIMS)  # unlisted: folk claims (S*)
 CLAIMS = {c.id: c.title for c in REGISTRY}  # id -> title, in report order
 BY_ID = {c.id: c for c in REGISTRY}
 
@@ -161,12 +252,16 @@ class Verdict:
     figure: str | None = None  # path relative to the study folder
     numbers: dict = dataclasses.field(default_factory=dict)
     key: str = ""  # the one number (with its interval) that decides, for the report's summary table
+    checks: list = dataclasses.field(default_factory=list)  # the rule's three-valued checks, when it has several
 
     def __post_init__(self):
         if self.claim not in CLAIMS:
             raise ValueError(f"unknown claim {self.claim!r}: valid ids are {', '.join(CLAIMS)}")
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+        bad = [c for c in self.checks if c not in ("supported", "contradicted", "inconclusive")]
+        if bad:
+            raise ValueError(f"checks {bad} are not supported / contradicted / inconclusive")
 
 
 def verdict_row(
@@ -177,7 +272,13 @@ def verdict_row(
     reason: str,
     figure: str | None = None,
     key: str = "",
+    checks=(),
     **numbers,
 ) -> dict:
-    """A validated Verdict as a JSON-ready dict: one row a study's rules return."""
-    return dataclasses.asdict(Verdict(claim, prediction, measured, verdict, reason, figure, numbers, key))
+    """A validated Verdict as a JSON-ready dict: one row a study's rules return. `checks` (a rule's Check values)
+    are what the report combines across a claim's rows (normjax.report.rules.claim_verdict), so a row whose
+    verdict comes from `combine(checks)` should pass them."""
+    checks = [
+        {True: "supported", False: "contradicted"}.get(c, str(c)) if isinstance(c, bool) else str(c) for c in checks
+    ]
+    return dataclasses.asdict(Verdict(claim, prediction, measured, verdict, reason, figure, numbers, key, checks))

@@ -44,8 +44,11 @@ class Check(enum.StrEnum):
 
 
 def check(value) -> Check:
-    """A Check from a Check or a bool (an exact test: True supported, False contradicted)."""
-    return value if isinstance(value, Check) else Check.SUPPORTED if value else Check.CONTRADICTED
+    """A Check from a Check, its name (as stored in a verdict row) or a bool (an exact test: True supported, False
+    contradicted)."""
+    if isinstance(value, str):
+        return Check(value)  # a Check is a str too; an unknown name raises ValueError
+    return Check.SUPPORTED if value else Check.CONTRADICTED
 
 
 def every(checks) -> Check:
@@ -88,18 +91,21 @@ _AS_CHECKS = {
 }
 
 
-def claim_verdict(verdicts) -> str:
-    """One verdict per claim from its rows' verdicts (across studies), by `combine` over what each row found.
+def claim_verdict(rows) -> str:
+    """One verdict per claim from its rows (across studies), by `combine` over their checks: a row's own `checks`
+    where its rule recorded them, else what its verdict says it found. `rows` are verdict rows (dicts) or bare
+    verdict strings.
 
     Rows that could not measure ('not testable at this scale') add nothing; a claim whose rows are all checks
     of the construction is 'verified by construction'; one with no measured row is 'not testable at this scale'.
     """
-    verdicts = [v for v in verdicts if v != NOT_TESTABLE]
-    if not verdicts:
+    rows = [r if isinstance(r, dict) else {"verdict": r} for r in rows]
+    rows = [r for r in rows if r["verdict"] != NOT_TESTABLE]
+    if not rows:
         return NOT_TESTABLE
-    if all(v == CONSTRUCTION for v in verdicts):
+    if all(r["verdict"] == CONSTRUCTION for r in rows):
         return CONSTRUCTION
-    return combine(c for v in verdicts for c in _AS_CHECKS[v])
+    return combine(c for r in rows for c in (r.get("checks") or _AS_CHECKS[r["verdict"]]))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,8 @@ from normjax.report.claims import Verdict
 from normjax.studies import BY_NAME
 from normjax.studies.study import Study
 
-MOVES = (-0.25, 0.25)  # the sensitivity table moves every threshold by these fractions of its value
+MOVES = (-0.5, -0.25, -0.125, 0.125, 0.25, 0.5)  # the sensitivity table's moves, on each threshold's own scale
+EDGES = (-0.5, 0.5)  # the moves the sensitivity table shows in full (the others find the nearest flip)
 
 
 def judge(experiment: str, results: dict, source: str = "results") -> list[dict]:
@@ -56,12 +57,13 @@ def _tables(study: Study) -> list[dict]:
 
 @contextlib.contextmanager
 def moved(study: Study, name: str, factor: float):
-    """Threshold `name` of `study` at value x (1 + factor) while inside (the rules read THRESHOLDS when they run)."""
+    """Threshold `name` of `study` moved by `factor` on its own scale (Threshold.moved) while inside: the rules read
+    THRESHOLDS when they run, so everything they derive from it (outcome labels included) is recomputed."""
     tables = [t for t in _tables(study) if name in t]
     saved = [t[name] for t in tables]
     try:
         for t in tables:
-            t[name] = dataclasses.replace(t[name], value=t[name].value * (1 + factor))
+            t[name] = dataclasses.replace(t[name], value=t[name].moved(factor))
         yield
     finally:
         for t, old in zip(tables, saved, strict=True):
@@ -69,9 +71,10 @@ def moved(study: Study, name: str, factor: float):
 
 
 def sensitivity(experiment: str, results: dict, source: str = "results") -> list[dict]:
-    """Each threshold of the study moved by every MOVES fraction, the study re-judged: one entry per (threshold,
-    move) with the rows whose verdict flips ({index of the row, claim, verdict, moved}) and `changed`, whether
-    any row changed at all (False: the rules do not read this threshold when they run, or it reaches no row)."""
+    """Each threshold of the study moved by every MOVES fraction (on its own scale), the study re-judged: one entry
+    per (threshold, move) with the rows whose verdict flips ({index of the row, claim, verdict, moved}), the rows
+    themselves (`rows`, so a claim's verdict can be recombined) and `changed`, whether any row changed at all
+    (False: the rules do not read this threshold when they run, or it reaches no row)."""
     study = BY_NAME.get(experiment)
     if study is None or study.verdicts is None:
         return []
@@ -86,7 +89,12 @@ def sensitivity(experiment: str, results: dict, source: str = "results") -> list
                 for i, (a, b) in enumerate(zip(base, rows, strict=False))
                 if a["verdict"] != b["verdict"]
             ]
-            value = study.thresholds[name].value
+            threshold = study.thresholds[name]
             changed = repr(rows) != repr(base)  # repr: a nan number compares equal to itself
-            out.append({"threshold": name, "value": value, "factor": factor, "flips": flips, "changed": changed})
+            out.append(
+                {
+                    "threshold": name, "value": threshold.value, "scale": threshold.scale, "factor": factor,
+                    "moved_value": threshold.moved(factor), "flips": flips, "changed": changed, "rows": rows,
+                }
+            )  # fmt: skip
     return out

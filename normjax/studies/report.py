@@ -16,10 +16,18 @@ from normjax.io import (
     refuse_stripped,
     write_text,
 )
-from normjax.report.claims import BY_ID, CLAIMS, CONSTRUCTION, EMPIRICAL, INCONCLUSIVE, NOT_TESTABLE
+from normjax.report.claims import (
+    BY_ID,
+    CLAIMS,
+    CONSTRUCTION,
+    EMPIRICAL,
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    NOT_TESTABLE,
+)
 from normjax.report.rules import claim_verdict
 from normjax.studies import BY_NAME
-from normjax.studies.judge import judge, sensitivity
+from normjax.studies.judge import EDGES, judge, sensitivity
 from normjax.studies.runner import code_fingerprint
 
 SECTIONS = {
@@ -30,6 +38,7 @@ SECTIONS = {
     "R": "ReZero, Fixup and later placements",
     "W": "Wortsman et al. 2023 (small-scale proxies)",
     "N": "Schemes of 2024-2026 (LayerNorm Scaling, mHC)",
+    "A": "Why: interventions that change one thing",
 }
 MARK = {
     "holds": "holds",
@@ -38,6 +47,7 @@ MARK = {
     INCONCLUSIVE: INCONCLUSIVE,
     NOT_TESTABLE: NOT_TESTABLE,
     CONSTRUCTION: CONSTRUCTION,
+    NOT_REPRODUCED: NOT_REPRODUCED,
 }
 NOT_RUN = "not run"
 UNVERIFIED = "[unverified: no checksum, an older normjax's file]"
@@ -114,10 +124,9 @@ def collect_rows(studies: dict[str, dict]) -> dict[str, list[dict]]:
 
 
 def claim_verdicts(rows: dict[str, list[dict]]) -> dict[str, str]:
-    """{claim id: its one verdict, combining its rows across studies} ('not run' for a claim no study judged)."""
-    return {
-        c: claim_verdict(r["verdict"] for r in claim_rows) if claim_rows else NOT_RUN for c, claim_rows in rows.items()
-    }
+    """{claim id: its one verdict, combining its rows' checks across studies and read in the claim's scope}
+    ('not run' for a claim no study judged)."""
+    return {c: BY_ID[c].scoped(claim_verdict(claim_rows)) if claim_rows else NOT_RUN for c, claim_rows in rows.items()}
 
 
 def _off_preset(saved: dict) -> str:
@@ -175,6 +184,8 @@ def _counts(verdicts: dict[str, str]) -> str:
     flat = list(verdicts.values())
     parts = [f"{flat.count(v)} {v}" for v in EMPIRICAL if flat.count(v)]
     text = f"{len(flat)} claims; empirical: " + (", ".join(parts) or "none")
+    if flat.count(NOT_REPRODUCED):  # contradicted outside the claim's setting: counted apart from 'does not hold'
+        text += f"; outside their papers' settings: {flat.count(NOT_REPRODUCED)} {NOT_REPRODUCED}"
     text += f"; {flat.count(CONSTRUCTION)} {CONSTRUCTION}"
     return text + (f"; {flat.count(NOT_RUN)} not run" if flat.count(NOT_RUN) else "")
 
@@ -185,50 +196,77 @@ def _short(text: str, width: int = 100) -> str:
 
 def summary_table(rows: dict[str, list[dict]], verdicts: dict[str, str]) -> list[str]:
     """One row per claim: its verdict, then each check's verdict and deciding number (details below)."""
-    lines = ["| claim | verdict | checks: verdict, key number (95% interval over seeds), study |", "|---|---|---|"]
+    lines = [
+        "| claim | scope | verdict | checks: verdict, key number (95% interval over seeds), study |",
+        "|---|---|---|---|",
+    ]
     for claim, claim_rows in rows.items():
         evidence = "; ".join(
             f"{r['verdict']}: {r.get('key') or _short(r['measured'])} ({r['experiment']})" for r in claim_rows
         )
         cell = _claim_cell(claim, verdicts[claim], claim_rows)
-        lines.append(f"| {claim} | {cell} | {_cell(evidence) or 'no study judged it'} |")
+        scope = _cell(BY_ID[claim].scope_text)
+        lines.append(f"| {claim} | {scope} | {cell} | {_cell(evidence) or 'no study judged it'} |")
     return lines
+
+
+def _moved_claims(entry: dict, name: str, rows: dict[str, list[dict]], verdicts: dict[str, str]) -> dict[str, str]:
+    """{claim: its verdict} for each claim whose verdict changes when `entry`'s move re-judges study `name`."""
+    moved = {i: row for i, row in enumerate(entry["rows"])}
+    out = {}
+    for claim in sorted({flip["claim"] for flip in entry["flips"]}):
+        now = claim_verdict(moved.get(r["index"], r) if r["experiment"] == name else r for r in rows[claim])
+        if BY_ID[claim].scoped(now) != verdicts[claim]:
+            out[claim] = BY_ID[claim].scoped(now)
+    return out
 
 
 def _flip_text(entry: dict, name: str, rows: dict[str, list[dict]], verdicts: dict[str, str]) -> str:
     """What a moved threshold flips: each row of study `name`, and its claim's verdict when that changes too."""
-    if entry["value"] == 0:
-        return "not moved (its value is 0)"
+    head = f"to {entry['moved_value']:.4g}: "
     if not entry["changed"]:
-        return "no row changes"
+        return head + "no row changes"
     if not entry["flips"]:
-        return "no flip"
-    moved = {flip["index"]: flip["moved"] for flip in entry["flips"]}
+        return head + "no flip"
+    claims = _moved_claims(entry, name, rows, verdicts)
     parts = []
     for flip in entry["flips"]:
         claim = flip["claim"]
-        now = claim_verdict(
-            moved.get(r["index"], r["verdict"]) if r["experiment"] == name else r["verdict"] for r in rows[claim]
-        )
         text = f"{claim} ({name}): {flip['verdict']} -> {flip['moved']}"
-        parts.append(text + (f"; claim {claim}: {verdicts[claim]} -> {now}" if now != verdicts[claim] else ""))
-    return "; ".join(parts)
+        parts.append(text + (f"; claim {claim}: {verdicts[claim]} -> {claims[claim]}" if claim in claims else ""))
+    return head + "; ".join(parts)
+
+
+def _pct(factor: float) -> str:
+    return f"{factor:+.1%}".replace(".0%", "%")
 
 
 def sensitivity_table(studies: dict[str, dict], rows: dict[str, list[dict]], verdicts: dict[str, str]) -> list[str]:
-    """Every threshold moved by -25% and +25%, its study re-judged: which verdicts flip."""
-    lines = [
-        "| threshold (study) | value | moved -25% | moved +25% |",
-        "|---|---|---|---|",
-    ]
+    """Every threshold moved by -50% and +50% on its own scale, its study re-judged: which verdicts flip; and per
+    claim, the smallest move of any threshold (of +-12.5%, 25%, 50%) that changes its verdict."""
+    lines = ["| threshold (study) | value | scale | moved -50% | moved +50% |", "|---|---|---|---|---|"]
+    nearest: dict[str, tuple] = {}
     for name, saved in studies.items():
         entries = sensitivity(name, saved["results"])
         for threshold in dict.fromkeys(e["threshold"] for e in entries):
-            down, up = (e for e in entries if e["threshold"] == threshold)
+            mine = [e for e in entries if e["threshold"] == threshold]
+            down, up = (next(e for e in mine if e["factor"] == f) for f in EDGES)
             lines.append(
-                f"| `{threshold}` ({name}) | {down['value']:g} | {_cell(_flip_text(down, name, rows, verdicts))} | "
-                f"{_cell(_flip_text(up, name, rows, verdicts))} |"
+                f"| `{threshold}` ({name}) | {down['value']:g} | {down['scale']} | "
+                f"{_cell(_flip_text(down, name, rows, verdicts))} | {_cell(_flip_text(up, name, rows, verdicts))} |"
             )
+            for e in mine:
+                for claim, now in _moved_claims(e, name, rows, verdicts).items():
+                    best = nearest.get(claim)
+                    if best is None or abs(e["factor"]) < abs(best[0]):
+                        nearest[claim] = (e["factor"], f"`{threshold}` ({name}) {_pct(e['factor'])}", now)
+    lines += ["", "| claim | verdict | nearest flip: threshold, move, verdict then |", "|---|---|---|"]
+    for claim, verdict in verdicts.items():
+        if verdict in (NOT_RUN, CONSTRUCTION):
+            continue
+        flip = nearest.get(claim)
+        text = f"{flip[1]}: {flip[2]}" if flip else "none within +-50% of any threshold"
+        lines.append(f"| {claim} | {verdict} | {_cell(text)} |")
     return lines
 
 
@@ -303,9 +341,11 @@ def build_report(workdir: str, wall_time_s: float | None = None) -> str:
     lines += [
         "## Sensitivity to the thresholds",
         "",
-        "Each study re-judged with one threshold moved by -25% and by +25% of its value (the rules are pure "
-        "functions of the results): the verdicts that flip. 'no row changes': the rules gave the same rows "
-        "(the threshold reaches no verdict here, or its rule reads it before the report runs).",
+        "Each study re-judged with one threshold moved by -50% and by +50% on its own scale (relative; a "
+        "threshold at 0 by half its declared unit; one bounded by 1 on the complement 1 - value), everything the "
+        "rules derive from it recomputed, the runs' outcome labels included (the rules are pure functions of the "
+        "results): the verdicts that flip. 'no row changes': the rules gave the same rows. The second table gives, "
+        "per claim, the smallest move (+-12.5%, 25% or 50%) of any one threshold that changes its verdict.",
         "",
         *sensitivity_table(studies, rows, verdicts),
         "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import datetime
 import hashlib
+import importlib
 import importlib.metadata
 import inspect
 import logging
@@ -70,6 +71,10 @@ def _code_modules(module, seen: set) -> None:
             continue
         used = value if inspect.ismodule(value) else inspect.getmodule(value)
         if used is not None and used not in seen and _measured_by(used):
+            _code_modules(used, seen)
+    for target in getattr(module, "_LAZY", {}).values():  # names a package loads on first use (PEP 562)
+        used = importlib.import_module(target)
+        if used not in seen and _measured_by(used):
             _code_modules(used, seen)
 
 

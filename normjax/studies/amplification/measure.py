@@ -22,7 +22,10 @@ STACK = "decoder"  # a causal byte LM: the task loss is next-byte cross-entropy 
 PROFILED = "admin_profiled"  # Admin with omega from normjax.profile_admin instead of the closed form
 # Fixed before any run: L1 is judged on Liu et al.'s tool's default perturbation (a random sign on every
 # non-bias, non-norm weight), its change of the model output (the logits); every other arm is reported only.
-JUDGED = ("weights", "random_sign", "logits")  # (scope, kind, target)
+# (scope, kind, target) of L1's judged arm: their tool's default update, and what their tool logs, x_final, the
+# stack's last residual stream before any final norm (Transformer-Clinic's fairseq patch: the encoder output it
+# compares is taken before the final LayerNorm). The logits and the scale-free stream are reported beside it.
+JUDGED = ("weights", "random_sign", "stream")
 TARGETS = ("logits", "stream")  # stream: the stack's last residual stream before any final norm (their x_final)
 FIGURE = "amplification.png"
 
@@ -135,6 +138,15 @@ def seed_exponents(N, var_SN) -> list[float]:
     return [fits.power_law_fit(N, var_N).exponent for var_N in np.asarray(var_SN, np.float64)]
 
 
+def _arm_stats(N, var_SN) -> dict:
+    return {
+        "var": var_SN,  # (seeds, N)
+        "var_mean": var_SN.mean(0),
+        "var_std": var_SN.std(0),
+        "exponent": seed_exponents(N, var_SN),  # one per seed
+    }
+
+
 def _aggregate(config, runs_by_N: dict) -> dict:
     """Var[dF] = rms^2 (Liu et al.'s Theorem 2 quantity) per seed and N, and each seed's growth exponent."""
     Ns = sorted(runs_by_N)
@@ -144,12 +156,10 @@ def _aggregate(config, runs_by_N: dict) -> dict:
         for kind in config.kinds:
             for target in TARGETS:
                 var_SN = np.array([[r[scope][kind][target]["rms"] ** 2 for r in runs_by_N[n]] for n in Ns]).T
-                out.setdefault(scope, {}).setdefault(kind, {})[target] = {
-                    "var": var_SN,  # (seeds, N)
-                    "var_mean": var_SN.mean(0),
-                    "var_std": var_SN.std(0),
-                    "exponent": seed_exponents(N, var_SN),  # one per seed
-                }
+                rel_SN = np.array([[r[scope][kind][target]["relative"] ** 2 for r in runs_by_N[n]] for n in Ns]).T
+                arms = out.setdefault(scope, {}).setdefault(kind, {})
+                arms[target] = _arm_stats(N, var_SN)
+                arms[f"{target}_relative"] = _arm_stats(N, rel_SN)  # ||dF||^2 / ||F||^2: scale-free
     if "omega_profiled" in runs_by_N[Ns[0]][0]:
         last_SN = np.array([[r["omega_profiled"][-1] for r in runs_by_N[n]] for n in Ns]).T
         out["omega_last"] = {"values": last_SN, "mean": last_SN.mean(0), "std": last_SN.std(0)}

@@ -35,6 +35,7 @@ THRESHOLDS = {
         "95% interval above 0.9 (exponential growth over 24 layers would fit far worse); r^2 varied by < 0.01 over "
         "seeds",
         source="convention",
+        bounded=True,
     ),
     "LOGIT_EXPONENT": Threshold(
         0.0,
@@ -43,6 +44,7 @@ THRESHOLDS = {
         "sqrt(||x_L||^2/d) sqrt(d Var W), and Lemma 2 makes ||x_L||^2/d grow like 1 + O(L)); pilot seeds 1000-1004 "
         "(:standard sizes, L 1 -> 24): 0.38 to 0.41 without, -0.006 to 0.007 with",
         source="theory",
+        unit=0.2,
     ),
     "LOGIT_BAND": Threshold(
         0.1,

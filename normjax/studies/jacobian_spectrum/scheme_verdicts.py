@@ -17,6 +17,7 @@ THRESHOLDS = {
         "(the whole 95% interval over seeds): deep blocks move toward the identity. The direction is the "
         "paper's claim; at init Xiong et al.'s Lemma 2 gives ||dF/dx|| ~ 1/sigma_l ~ l^(-1/2) for Pre-LN",
         source="paper",
+        unit=0.2,
     ),
     "LNS_AWAY": Threshold(
         1.0,

@@ -32,6 +32,7 @@ THRESHOLDS = {
         "whole 95% interval over seeds of each seed's worst case over l and L); an effect size fixed before the "
         "run, no pilot spread measured yet",
         source="convention",
+        bounded=True,
     ),
     "UNDAMPED": Threshold(
         0.5,

@@ -45,6 +45,7 @@ THRESHOLDS = {
         "sigma^2 = a + b n is linear in n when the per-seed r^2's interval lies above 0.95 and b's above 0 "
         "(sqrt(l) then holds only for l >> a/b); per-seed r^2 spreads by 0.003 to 0.01 (quick preset)",
         source="convention",
+        bounded=True,
     ),
 }
 

@@ -12,16 +12,20 @@ def runs_in(rows, **match) -> list[dict]:
 
 
 def cell_state(cell: list[dict], stall_nll: float) -> str:
-    """'fails' (every seed stalled or diverged), 'trains' (every seed ok and the seeds' final nll interval below
-    the stall level), 'mixed', 'too few seeds' or 'absent'."""
+    """'fails' (every seed stalled or diverged), 'trains' (every seed trained and the seeds' final nll interval
+    below the plateau level `stall_nll`), 'slow' (no seed failed, some still falling at the plateau level: under-
+    training, not instability), 'mixed', 'too few seeds' or 'absent'. Outcomes are `curves.relabel`'s."""
     if not cell:
         return "absent"
     if len({r["seed"] for r in cell}) < MIN_SEEDS:
         return "too few seeds"
     if all(r["outcome"] in FAILED for r in cell):
         return "fails"
-    if all(r["outcome"] == "ok" for r in cell) and mean_ci([r["final_valid_nll"] for r in cell]).below(stall_nll):
+    finals = mean_ci([r["final_valid_nll"] for r in cell])
+    if all(r["outcome"] == "trained" for r in cell) and finals.below(stall_nll):
         return "trains"
+    if not any(r["outcome"] in FAILED for r in cell) and any(r["outcome"] == "slow" for r in cell):
+        return "slow"
     return "mixed"
 
 
@@ -29,7 +33,7 @@ def describe(cell: list[dict]) -> str:
     """A cell's outcomes, final nll interval and steps to the target, in words."""
     if not cell:
         return "no runs"
-    counts = {o: sum(r["outcome"] == o for r in cell) for o in ("ok",) + FAILED}
+    counts = {o: sum(r["outcome"] == o for r in cell) for o in ("trained", "slow") + FAILED}
     finals = [r["final_valid_nll"] for r in cell if r["outcome"] != "diverged"]
     nll = f", nll {mean_ci(finals).text('.2f')}" if finals else ""
     reached = [r["steps_to_target"] for r in cell if r.get("steps_to_target") is not None]

@@ -16,11 +16,22 @@ from normjax.studies.warmup_ablation.config import (
     TRANSLATION,
     Z_LOSS,
 )
+from normjax.train import outcomes
 
-FAILED = ("stalled", "diverged")
+FAILED = outcomes.FAILED  # a run that did not learn: diverged, or stalled at the unigram plateau
 
 
 MITIGATIONS = (QK_NORM, Z_LOSS, OLMO2)  # grids whose model differs from their placement's plain one
+
+
+def relabel(results: dict, band: float | None = None, falling: float | None = None) -> dict:
+    """`results` with every run's `outcome` judged now from its stored validation curve (outcomes.label, at the
+    given thresholds) and the plateau levels they were judged against (`stall_nll`, per run and for the byte LM):
+    no label written when a run ended is used, so a moved threshold moves every label."""
+    runs = [r | {"outcome": outcomes.label(r, band=band, falling=falling)} for r in results["runs"]]
+    level = lambda h: None if h is None else outcomes.plateau_level(h, band)
+    runs = [r | {"stall_nll": level(r.get("unigram_nll"))} for r in runs]
+    return results | {"runs": runs, "stall_nll": level(results.get("unigram_nll"))}
 
 
 def lm_runs(results: dict) -> list[dict]:
@@ -54,7 +65,7 @@ def sensitivity_curves(results: dict) -> list[dict]:
     for r in lm_runs(results):
         curves.setdefault(curve_key(r), []).append(r)
     out = []
-    for (group, placement, depth, warmup, optimizer, seed), rows in sorted(curves.items(), key=str):
+    for (group, placement, depth, warmup, optimizer, seed), rows in sorted(curves.items(), key=lambda kv: str(kv[0])):
         if group in (EDGE, LOW_LR) or group.startswith(SIDE_SEEDS):  # extra seeds or lrs of cells: no curve
             continue
         rows = sorted(rows, key=lambda r: r["lr"])

@@ -26,6 +26,7 @@ def _grid(rows, placement):
 
 
 def plot(results: dict, study) -> list[str]:
+    results = runs_of.relabel(results)  # outcomes judged from the stored curves, at the default thresholds
     rows = runs_of.main_rows(results) or results["runs"]
     placements = sorted({r["placement"] for r in rows})
     lrs = sorted({r["lr"] for r in rows})
@@ -173,7 +174,7 @@ def failure_pair(results: dict) -> tuple[dict, dict] | None:
         if r["warmup"] == 0 and r["outcome"] in runs_of.FAILED:
             twin = [
                 w for w in runs
-                if w["warmup"] == longest > 0 and w["outcome"] == "ok"
+                if w["warmup"] == longest > 0 and w["outcome"] == "trained"
                 and (w["lr"], w["depth"], w["seed"], w.get("group")) == (r["lr"], r["depth"], r["seed"], r.get("group"))
             ]  # fmt: skip
             if twin:

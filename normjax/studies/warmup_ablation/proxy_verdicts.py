@@ -22,6 +22,7 @@ THRESHOLDS = {
         "the peak lr above 0 (the whole 95% interval over seeds): the logits grow with lr, the direction of "
         "Wortsman et al.'s Fig. 1 and Sec. 3.1",
         source="paper",
+        unit=0.2,
     ),
     "LOGIT_DRIFT": Threshold(
         0.0,
@@ -29,12 +30,14 @@ THRESHOLDS = {
         "seeds): the output logits drift away from 0, toward negative values, as lr grows (Wortsman et al. Sec. "
         "3.2, output logit divergence)",
         source="paper",
+        unit=0.2,
     ),
     "SENSITIVITY_CHANGE": Threshold(
         0.0,
         "a paired (same seed) difference of LR sensitivities (nats) below 0 (reduces) or above 0 (grows), the "
         "whole 95% interval over seeds: the directions Wortsman et al. state",
         source="paper",
+        unit=0.1,
     ),
 }
 

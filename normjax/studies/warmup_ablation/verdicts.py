@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from normjax import train
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
-from normjax.report.rules import MIN_SEEDS, Threshold, mean_ci
+from normjax.report.rules import MIN_SEEDS, Check, Threshold, combine, mean_ci
 from normjax.studies.warmup_ablation import proxy_verdicts
 from normjax.studies.warmup_ablation.cell_verdicts import cell_state, describe, runs_in
 from normjax.studies.warmup_ablation.config import DEPTH_LR, EDGE, LOW_LR
@@ -18,14 +18,15 @@ from normjax.studies.warmup_ablation.curves import (
     MITIGATIONS,
     lm_runs,
     main_rows,
+    relabel,
     sensitivity_curves,
 )
 from normjax.studies.warmup_ablation.measure import TARGET_FRACTION
 from normjax.studies.warmup_ablation.translation_verdicts import iwslt_figure
-from normjax.train.outcomes import STALL_FRACTION, STALL_WHY
+from normjax.train import outcomes
 
 THRESHOLDS = {
-    "STALL_FRACTION": Threshold(STALL_FRACTION, STALL_WHY, source="convention"),
+    **outcomes.THRESHOLDS,  # the curve-based outcome labels (PLATEAU_BAND, STILL_FALLING), recomputed when moved
     "TARGET_FRACTION": Threshold(
         TARGET_FRACTION,
         "steps-to-target counts the steps until the train nll is <= 0.8 H: an absolute level (the data's unigram "
@@ -127,7 +128,7 @@ def warmup_sensitivity(results: dict) -> dict:
             key=f"{num_seeds} seed(s) per cell",
         )
     no_warmup = [r for r in _no_warmup_rows(results) if r["placement"] in ("post", "pre")]
-    shown, contrary, detail = [], [], []
+    shown, unresolved, contrary, detail = [], [], [], []
     for depth, lr in sorted({(r["depth"], r["lr"]) for r in no_warmup}):
         post, pre = (runs_in(no_warmup, placement=p, depth=depth, lr=lr) for p in ("post", "pre"))
         post_state, pre_state = cell_state(post, stall), cell_state(pre, stall)
@@ -137,6 +138,8 @@ def warmup_sensitivity(results: dict) -> dict:
         )
         if post_state == "fails" and pre_state == "trains":
             shown.append((depth, lr))
+        elif post_state in ("fails", "mixed", "slow") and pre_state in ("trains", "mixed", "slow"):
+            unresolved.append((depth, lr))
         if pre_state == "fails" and post_state == "trains":
             contrary.append((depth, lr))
     grid = [r for r in results["runs"] if r.get("group", "") in ("", *PLAIN_GRIDS) and r["optimizer"] == "adam"]
@@ -154,19 +157,21 @@ def warmup_sensitivity(results: dict) -> dict:
     crit = critical_lrs(no_warmup, stall)
     lrs_at = lambda p, d: sorted({r["lr"] for r in no_warmup if r["placement"] == p and r["depth"] == d})
     crit_text = "; ".join(f"{p} L={d}: {_bracket(c, lrs_at(p, d))}" for p, by in crit.items() for d, c in by.items())
-    if set(shown) & set(rescued) and not contrary:
-        verdict = "holds"
-    elif shown or rescued:
-        verdict = "partly holds"
-    else:
-        verdict = "does not hold"
+    # a cell where Post-LN fails and Pre-LN trains; inconclusive where one of the two is unresolved (mixed, slow)
+    effect = Check.SUPPORTED if shown else Check.INCONCLUSIVE if unresolved else Check.CONTRADICTED
+    checks = [
+        effect,
+        Check.SUPPORTED if rescued else Check.CONTRADICTED,  # the longest warmup makes Post-LN train where it failed
+        effect & (Check.CONTRADICTED if contrary else Check.SUPPORTED),  # and, where shown, never the reverse
+    ]
+    verdict = combine(checks)
     key = "no cell where Post-LN fails and Pre-LN trains without warmup"
     if shown:
         depth, lr = shown[0]
         post, pre = (runs_in(no_warmup, placement=p, depth=depth, lr=lr) for p in ("post", "pre"))
         key = (
             f"L={depth} lr {lr:g}, no warmup: Post-LN {describe(post)}"
-            f"; Pre-LN nll {mean_ci([r['final_valid_nll'] for r in pre]).text('.2f')} < stall {stall:.2f}"
+            f"; Pre-LN nll {mean_ci([r['final_valid_nll'] for r in pre]).text('.2f')} < plateau level {stall:.2f}"
         )
     arms = _arms(results, stall)
     sens = sensitivity_text(results)
@@ -182,12 +187,15 @@ def warmup_sensitivity(results: dict) -> dict:
         + (f". LR sensitivity (Wortsman et al. 2023, nats): {sens}" if sens else "")
     )
     reason = (
-        f"a run fails when it stalls (final valid nll >= {stall:.2f} = {1 - STALL_FRACTION:.2f} x the unigram "
-        f"entropy) or diverges; a cell fails when all its seeds (>= {MIN_SEEDS}) fail and trains when all end ok "
-        "with the 95% interval of their final nll below the stall level (else mixed, deciding nothing); holds "
-        "if in some cell (depth, lr) Post-LN fails without warmup, Pre-LN trains without warmup and Post-LN with "
-        "the longest warmup trains (the same schedule after the warmup: a fair control), and in no cell the "
-        "reverse; partly if only the failure or only the rescue is shown"
+        f"outcomes judged from each run's stored validation curve: a run fails when it diverges or stalls (ends at "
+        f"the plateau level, final valid nll >= {stall:.2f} = (1 - {_t('PLATEAU_BAND'):g}) x the unigram entropy, "
+        f"and fell by less than {_t('STILL_FALLING'):g} nats over the last third of the run); one at that level but "
+        "still falling is slow (under-trained, not failed); a cell fails when all its seeds "
+        f"(>= {MIN_SEEDS}) fail and trains when all trained with the 95% interval of their final nll below the "
+        "plateau level (else slow or mixed, deciding nothing); three checks, combined: in some cell (depth, lr) "
+        "Post-LN fails without warmup where Pre-LN trains (inconclusive where such a cell is slow or mixed); "
+        "Post-LN with the longest warmup trains in a cell where it fails without (the same schedule after the "
+        "warmup: a fair control); where the effect is shown, in no cell the reverse"
     )
     return verdict_row(
         "S5",
@@ -197,6 +205,7 @@ def warmup_sensitivity(results: dict) -> dict:
         reason,
         "heatmap.png",
         key=key,
+        checks=checks,
         cells_showing_effect=[list(c) for c in shown],
         cells_contrary=[list(c) for c in contrary],
         cells_rescued_by_warmup=[list(c) for c in rescued],
@@ -248,8 +257,9 @@ def answer_table(results: dict) -> list[str]:
     lines = [
         f"Measured at {results['model'].get('d_model')}-wide {results['data_task']} models, "
         f"{results['num_steps']} steps, Adam beta2 {results.get('b2')}, schedule {results['schedule']} "
-        f"(decay from step {results.get('decay_start')} for every arm); a cell trains when every seed ends "
-        f"ok below the stall level {stall:.2f} nats.",
+        f"(decay from step {results.get('decay_start')} for every arm); a cell trains when every seed trained "
+        f"(outcomes judged from the stored curves) with its final nll interval below the plateau level "
+        f"{stall:.2f} nats.",
         "",
         "| depth | placement | lrs that train, no warmup | best warmup | lrs that train with it | LR sensitivity "
         "no warmup / best warmup | steps to target (no warmup / warmup, at the best lr) |",
@@ -291,17 +301,14 @@ def _training_lrs(rows: list[dict], warmup: int, stall: float) -> Training:
     lrs = sorted({r["lr"] for r in rows if r["warmup"] == warmup})
     seeds = {lr: len({r["seed"] for r in runs_in(rows, lr=lr, warmup=warmup)}) for lr in lrs}
     few = [lr for lr in lrs if seeds[lr] < MIN_SEEDS]
-    ok = [lr for lr in few if all(r["outcome"] == "ok" for r in runs_in(rows, lr=lr, warmup=warmup))]
+    ok = [lr for lr in few if all(r["outcome"] == "trained" for r in runs_in(rows, lr=lr, warmup=warmup))]
     runs = "/".join(sorted({str(seeds[lr]) for lr in few}))
-    note = f"{runs} seed{'s' if runs != '1' else ''}: every run ok, not judged"
+    note = f"{runs} seed{'s' if runs != '1' else ''}: every run trained, not judged"
     text = lambda lrs: ", ".join(f"{lr:g}" for lr in lrs)
     if len(few) == len(lrs):
         return Training(ok, f"{text(ok) or 'none'} ({note})", False)
     judged = [lr for lr in lrs if cell_state(runs_in(rows, lr=lr, warmup=warmup), stall) == "trains"]
     return Training(judged, (text(judged) or "none") + (f"; {text(ok)} ({note})" if ok else ""), True)
-
-
-tables = answer_table  # shown in the report's warmup_ablation section (normjax.studies.study.Study.tables)
 
 
 def schedules() -> dict:
@@ -334,6 +341,21 @@ def schedules() -> dict:
     )
 
 
+def _t(name: str) -> float:
+    return THRESHOLDS[name].value
+
+
+def judged(results: dict) -> dict:
+    """`results` with every run's outcome judged now from its stored curve, at the current thresholds."""
+    return relabel(results, band=_t("PLATEAU_BAND"), falling=_t("STILL_FALLING"))
+
+
+def tables(results: dict) -> list[str]:
+    """The answer table, shown in the report's warmup_ablation section (normjax.studies.study.Study.tables)."""
+    return answer_table(judged(results))
+
+
 def verdicts(results: dict) -> list[dict]:
+    results = judged(results)
     rows = [warmup_sensitivity(results)] + iwslt_figure(results) + [schedules()]
     return rows + proxy_verdicts.verdicts(results, THRESHOLDS)
