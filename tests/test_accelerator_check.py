@@ -1,4 +1,4 @@
-"""scripts/accelerator_check.sh --size=tiny end to end on the CPU: every phase runs and lands in the JSON and table."""
+"""scripts/accelerator_check.sh on the CPU: every cell group at its tiny size, and the older phases end to end."""
 
 import importlib.util
 import json
@@ -8,6 +8,9 @@ import subprocess
 import sys
 
 import pytest
+
+from benchmarks import accelerator_groups
+from normjax.train import records
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "accelerator_check.sh"
@@ -71,3 +74,31 @@ def test_a_phase_out_of_time_is_reported_not_lost(tmp_path):
     assert report["phases"]["sweep"]["status"] == "timed out after 2 s"
     assert report["phases"]["sweep"]["rows"] == []
     assert "| sweep | timed out after 2 s |" in (out / "accelerator_check.md").read_text()
+
+
+@pytest.mark.slow
+def test_every_group_runs_tiny_into_run_folders_of_the_study_format(tmp_path):
+    for name in accelerator_groups.GROUPS:
+        result = accelerator_groups.run_group(name, str(tmp_path), tiny=True, progress=False)
+        runs = result["runs"]
+        assert 2 <= len(runs) <= 4 and all(r["status"] == "done" for r in runs), name
+        assert all(r["name"].startswith(f"grid={name},") and r["group"] == name for r in runs)
+        folder = tmp_path / name
+        assert {"sweep.json", "runs_code.json"} <= set(os.listdir(folder))
+        for r in runs:
+            summary = records.read_json(str(folder / r["name"] / "summary.json"))
+            assert summary["device"]["backend"] == "cpu" and summary["device"]["dtype"] == "float32"
+            assert (folder / r["name"] / "metrics.jsonl").exists()
+
+
+def test_a_group_cut_off_by_its_budget_resumes_with_the_same_command(tmp_path):
+    args = ("s5_pre", "--tiny", f"--workdir={tmp_path}")
+    cut = _run(*args, "--budget_s=0.01", timeout=300)
+    assert cut.returncode == 3 and "rerun the same command to resume" in cut.stdout, cut.stdout + cut.stderr[-2000:]
+    assert (
+        not (tmp_path / "s5_pre" / "sweep.json").exists()
+        or "pending" in (tmp_path / "s5_pre" / "sweep.json").read_text()
+    )
+    done = _run(*args, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "4/4 runs done" in done.stdout and "group s5_pre on 1 x cpu" in done.stdout
