@@ -143,3 +143,23 @@ def test_one_seed_or_non_finite_values_never_pass():
 
 def test_seeds_start_at_the_config_seed():
     assert seeds(ml_collections.ConfigDict({"seed": 4, "num_seeds": 3})) == [4, 5, 6]
+
+
+def test_claim_verdict_combines_the_checks_of_its_rows_not_their_verdicts():
+    """R5's shape: an init row contradicted on both checks, a trained row supported on one and straddling on the
+    other. Over row verdicts ('does not hold' + 'inconclusive') that reads 'does not hold'; over the checks it is
+    'partly holds' (some supported, some contradicted)."""
+    init = {"verdict": "does not hold", "checks": ["contradicted", "contradicted"]}
+    trained = {"verdict": INCONCLUSIVE, "checks": ["inconclusive", "supported"]}
+    assert claim_verdict([init["verdict"], trained["verdict"]]) == "does not hold"
+    assert claim_verdict([init, trained]) == "partly holds"
+
+
+def test_every_claim_has_a_scope_and_a_contradiction_outside_it_is_not_reproduced():
+    from normjax.report.claims import NOT_REPRODUCED, OUTSIDE, REGISTRY, SCOPES
+
+    for claim in REGISTRY:
+        assert claim.scope in SCOPES, claim.id
+        assert bool(claim.outside) == (claim.scope == OUTSIDE), claim.id
+        expected = NOT_REPRODUCED if claim.scope == OUTSIDE else "does not hold"
+        assert claim.scoped("does not hold") == expected and claim.scoped("holds") == "holds"
