@@ -1,10 +1,11 @@
 """Runs one training job and writes config.json, metrics.jsonl, summary.json and checkpoints.
 
-  python -m experiments.train --config=:quick --workdir=/tmp/run \
+  python -m normjax.experiments.train --config=:quick --workdir=/tmp/run \
       [--config.train.lr=1e-3] [--distributed] [--print_config] [--force]
 
 Rerunning with the same --workdir resumes from the last intact checkpoint (or does nothing once finished);
-a workdir of another config is refused (exit 2, naming the keys) unless --force.
+a workdir of another config is refused (exit 2, naming the keys) unless --force. In the repository
+`python -m experiments.train` is an alias.
 """
 
 import json
