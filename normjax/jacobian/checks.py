@@ -80,3 +80,16 @@ def default_tol(dtype, precision=None) -> float:
 
 
 LOW_PRECISION_TOL_EPS = 4.0
+
+
+def loop_tol(tol: float, dtype, precision=None) -> float:
+    """The relative residual a power/Lanczos loop runs to: `tol`, and for a function that computes in a narrower
+    dtype than the working one at most the working dtype's default.
+
+    A certificate (`krylov.certify`) needs the loop's own residual well below f's rounding: stopped at a
+    bfloat16-sized tol, a Krylov space of a few steps often holds a Ritz value close to sigma_2, not sigma_1,
+    whose small residual says only that *some* singular value is near.
+    """
+    if precision is not None and narrowest([dtype, precision]) != np.dtype(dtype):
+        return min(tol, default_tol(dtype))
+    return tol

@@ -85,7 +85,7 @@ _TRANSCENDENTAL = frozenset(
 )
 
 
-def perturbed_eval(closed, flat_args, seed: int):
+def perturbed_eval(closed, flat_args, seed: int, scale: float = 1.0):
     """The first output of a ClosedJaxpr with every rounding operation's floating output multiplied by
     (1 + c eps r).
 
@@ -94,14 +94,15 @@ def perturbed_eval(closed, flat_args, seed: int):
     Given the jaxpr that computes J (derivative rules included, so 1 - tanh(z)^2 at a saturated tanh is
     perturbed as it is computed), the spread of J over draws estimates J's own rounding, amplification by
     the function's conditioning included. Higher-order primitives (scan, cond, custom derivative calls)
-    are perturbed at their outputs only.
+    are perturbed at their outputs only. `scale` multiplies c (0.5: every rounding by its largest size under
+    round-to-nearest, the unit roundoff, with a random sign).
     """
     count = [0]
 
     def perturb(name, outs):
         if name in _EXACT_PRIMITIVES:
             return outs
-        size = _TRANSCENDENTAL_EPS if name in _TRANSCENDENTAL else 1.0
+        size = scale * (_TRANSCENDENTAL_EPS if name in _TRANSCENDENTAL else 1.0)
         new = []
         for out in outs:
             if hasattr(out, "dtype") and jnp.issubdtype(out.dtype, jnp.floating) and out.size:

@@ -7,7 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from normjax.jacobian import checks
+from normjax.jacobian import checks, jaxpr_eval
+
+ROUNDING_DRAWS = 2  # Monte Carlo arithmetic draws behind `certify`'s estimate of f's own rounding
+ROUNDOFF = 0.5  # each draw moves every rounding by the unit roundoff eps / 2, its largest size, signs random
 
 
 def linear_ops(g, x_N):
@@ -141,16 +144,15 @@ def _ritz(alpha_K, beta_K, j):
     return jnp.sqrt(jnp.maximum(w_K[::-1], 0)), P_KK[j, ::-1]
 
 
-def lanczos(g, x_N, v0_N, k, max_dim: int, tol, vectors: bool = False):
+def lanczos(g, x_N, v0_N, k, max_dim: int, tol, vectors: int = 0):
     """Golub-Kahan-Lanczos bidiagonalization with full reorthogonalization, J V = U B.
 
     For a Ritz triplet (theta_i, U p_i, V q_i), J V q_i = theta_i U p_i exactly and
     ||J^T U p_i - theta_i V q_i|| = beta_j |P[j, i]|, so some singular value of J lies within that
     residual of theta_i (as in `power_triplet`). Stops when the top-k residuals are <= tol * theta_0,
     or after max_dim steps (static). k may be traced. Returns (all max_dim Ritz values, largest
-    first; steps; max relative residual of the top k; #non-finite g(x)), and with `vectors` (static)
-    also the top Ritz pair (u_M, v_N), for which J v = theta_0 u and ||J^T u - theta_0 v|| is at most
-    the returned residual times theta_0.
+    first; steps; max relative residual of the top k; #non-finite g(x)), and with `vectors` = K > 0 (static)
+    also the top K Ritz pairs (U_KM, V_KN), rows unit vectors, to be checked by `certify`.
     """
     y_M, jvp, vjp = linear_ops(g, x_N)
     V_KN = jnp.zeros((max_dim + 1, x_N.size), x_N.dtype).at[0].set(_unit(v0_N))
@@ -183,8 +185,44 @@ def lanczos(g, x_N, v0_N, k, max_dim: int, tol, vectors: bool = False):
     if not vectors:
         return jnp.linalg.svd(B_KK, compute_uv=False), j, rel, checks.count_nonfinite(y_M)
     P_KK, theta_K, Qt_KK = jnp.linalg.svd(B_KK)  # B = P diag(theta) Q^T; rows/columns past j are 0
-    u_M, v_N = _unit(U_KM.T @ P_KK[:, 0]), _unit(V_KN[:max_dim].T @ Qt_KK[0])
-    return theta_K, j, rel, checks.count_nonfinite(y_M), (u_M, v_N)
+    U_VM = jax.vmap(_unit)((U_KM.T @ P_KK[:, :vectors]).T)
+    V_VN = jax.vmap(_unit)((V_KN[:max_dim].T @ Qt_KK[:vectors].T).T)
+    return theta_K, j, rel, checks.count_nonfinite(y_M), (U_VM, V_VN)
+
+
+def certify(g, x_N, theta_K, U_KM, V_KN, draws: int = ROUNDING_DRAWS):
+    """Error bounds of approximate singular triplets (theta_i, u_i, v_i) of the exact-arithmetic Jacobian J of g,
+    g's own rounding included; traceable.
+
+    The residuals a = ||J_c v - theta u|| and b = ||J_c^T u - theta v|| are computed directly with the operator
+    as g computes it (J_c: its bfloat16 steps included), and each is widened by that matvec's rounding
+    rho = max over `draws` Monte Carlo arithmetic draws (`jaxpr_eval.perturbed_eval`: every rounding of g, its
+    linearization and transpose perturbed) of the change of J_c v (or J_c^T u). Then some singular value of J
+    lies within sqrt(((a + rho_v)^2 + (b + rho_u)^2) / 2) of theta_i (the residual bound for the symmetric
+    [[0, J], [J^T, 0]] and (u, v) / sqrt(2)).
+
+    Returns:
+      (bound_K, rounding_K): absolute bounds, and max(rho_v, rho_u) per triplet.
+    """
+    out_size = U_KM.shape[1]
+
+    def both(z_N, v_N, u_M):
+        _, jvp, vjp = linear_ops(g, z_N)
+        return jnp.concatenate([jvp(v_N), vjp(u_M)])
+
+    closed = jax.make_jaxpr(both)(x_N, V_KN[0], U_KM[0])
+
+    def one(theta, u_M, v_N):
+        base = both(x_N, v_N, u_M)
+        args = [x_N, v_N, u_M]
+        spread = [jaxpr_eval.perturbed_eval(closed, args, seed, ROUNDOFF) - base for seed in range(draws)]
+        rho_v = jnp.max(jnp.stack([jnp.linalg.norm(d[:out_size]) for d in spread]))
+        rho_u = jnp.max(jnp.stack([jnp.linalg.norm(d[out_size:]) for d in spread]))
+        a = jnp.linalg.norm(base[:out_size] - theta * u_M) + rho_v
+        b = jnp.linalg.norm(base[out_size:] - theta * v_N) + rho_u
+        return jnp.sqrt((a**2 + b**2) / 2), jnp.maximum(rho_v, rho_u)
+
+    return jax.vmap(one)(theta_K, U_KM, V_KN)
 
 
 def hutchinson(g, x_N, z_PN, chunk_size):

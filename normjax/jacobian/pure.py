@@ -36,11 +36,13 @@ class SpectralState(NamedTuple):
 
 
 class Flat(NamedTuple):
-    """g(x_N) = ravel(f(x)) in the working `dtype` (`checks.working_dtype`), and the default tol."""
+    """g(x_N) = ravel(f(x)) in the working `dtype` (`checks.working_dtype`), the default tol, and the narrowest
+    floating dtype f computes in."""
 
     g: Callable
     x_N: jax.Array  # noqa: N815 (shape-suffix convention, STYLE.md)
     tol: float
+    precision: np.dtype
 
 
 def flat(f: Callable, x: Any, params: Any = None) -> Flat:
@@ -58,7 +60,7 @@ def flat(f: Callable, x: Any, params: Any = None) -> Flat:
     def g(z_N):
         return g0(z_N.astype(x_N.dtype)).astype(dtype)
 
-    return Flat(g, x_N.astype(dtype), checks.default_tol(dtype, precision))
+    return Flat(g, x_N.astype(dtype), checks.default_tol(dtype, precision), precision)
 
 
 def _start(key, x_N):
@@ -81,22 +83,34 @@ def _warn(name: str, converged, residual, tol: float) -> None:
     jax.debug.callback(report, converged, residual)
 
 
+def _certified(g, x_N, theta_K, U_KM, V_KN, steps, tol):
+    """SpectralState of triplets checked by `krylov.certify` (f's own rounding included in the bound)."""
+    bound_K, _ = krylov.certify(g, x_N, theta_K, U_KM, V_KN)
+    bound = jnp.max(bound_K)
+    rel = bound / jnp.maximum(theta_K[0], jnp.finfo(x_N.dtype).tiny)
+    return SpectralState(steps, bound, rel, rel <= tol)
+
+
 def _top_pair(f, x, params, method, num_iters, tol, key):
     """(s, u_M, v_N, info, tol) of the top singular triplet by Lanczos or power iteration."""
+    fl = flat(f, x, params)
+    return _top_flat(fl.g, fl.x_N, fl.precision, method, num_iters, fl.tol if tol is None else tol, key)
+
+
+def _top_flat(g, x_N, precision, method, num_iters, tol, key):
+    """`_top_pair` of a flat map g in the working dtype of x_N, computing in `precision`."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
-    fl = flat(f, x, params)
-    tol = fl.tol if tol is None else tol
-    tiny = jnp.finfo(fl.x_N.dtype).tiny
+    inner_tol = checks.loop_tol(tol, x_N.dtype, precision)
     if method == "power":
         iters = DEFAULT_POWER_ITERS if num_iters is None else num_iters
-        s, v_N, u_M, steps, bound, _ = krylov.power(fl.g, fl.x_N, _start(key, fl.x_N), iters, tol)
-        rel = bound / jnp.maximum(s, tiny)
-        return s, u_M, v_N, SpectralState(steps, bound, rel, rel <= tol), tol
-    rank = min(fl.x_N.size, jax.eval_shape(fl.g, fl.x_N).shape[0])
+        s, v_N, u_M, steps, _, _ = krylov.power(g, x_N, _start(key, x_N), iters, inner_tol)
+        return s, u_M, v_N, _certified(g, x_N, s[None], u_M[None], v_N[None], steps, tol), tol
+    rank = min(x_N.size, jax.eval_shape(g, x_N).shape[0])
     max_dim = min(rank, 62 if num_iters is None else num_iters)
-    theta_K, steps, rel, _, (u_M, v_N) = krylov.lanczos(fl.g, fl.x_N, _start(key, fl.x_N), 1, max_dim, tol, True)
-    return theta_K[0], u_M, v_N, SpectralState(steps, rel * theta_K[0], rel, (rel <= tol) | (steps == rank)), tol
+    theta_K, steps, _, _, (U_1M, V_1N) = krylov.lanczos(g, x_N, _start(key, x_N), 1, max_dim, inner_tol, 1)
+    info = _certified(g, x_N, theta_K[:1], U_1M, V_1N, steps, tol)
+    return theta_K[0], U_1M[0], V_1N[0], info, tol
 
 
 def power_iteration(
@@ -160,8 +174,9 @@ def singular_values(
     tol = fl.tol if tol is None else tol
     rank = min(fl.x_N.size, jax.eval_shape(fl.g, fl.x_N).shape[0])
     max_dim = min(rank, 2 * k + 60 if num_iters is None else num_iters)
-    theta_K, steps, rel, _ = krylov.lanczos(fl.g, fl.x_N, _start(key, fl.x_N), k, max_dim, tol)
-    info = SpectralState(steps, rel * theta_K[0], rel, (rel <= tol) | (steps == rank))
+    inner_tol = checks.loop_tol(tol, fl.x_N.dtype, fl.precision)
+    theta_K, steps, _, _, (U_KM, V_KN) = krylov.lanczos(fl.g, fl.x_N, _start(key, fl.x_N), k, max_dim, inner_tol, k)
+    info = _certified(fl.g, fl.x_N, theta_K[:k], U_KM, V_KN, steps, tol)
     if warn_unconverged:
         _warn("singular_values", info.converged, info.residual, tol)
     return theta_K[:k], info
@@ -208,13 +223,21 @@ def differentiable_spectral_norm(
     (sigma_1 - sigma_2) / sigma_1, so it is exact to tol / gap when the estimate converged; an
     unconverged one warns at run time (and info.converged says so). One extra JVP per call, differentiated.
     """
-    _, u_M, v_N, info, tol = _top_pair(f, jax.lax.stop_gradient(x), _stop_gradient(params), method, num_iters, tol, key)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+    # Through the structure cache: one compiled program per structure (also for an unjitted jax.grad), the
+    # arrays f reads passed as arguments (never stale), params' leaves among them (so gradients reach them).
+    conv = traced.convert(f, x, params)
+    tol = checks.default_tol(conv.fn.dtype, conv.fn.precision) if tol is None else float(tol)
+    key = jax.random.key(0) if key is None else key
+    return _differentiable(conv.fn, conv.args, conv.x_N, key, method, num_iters, tol, warn_unconverged)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4, 5, 6, 7))
+def _differentiable(fn, args, x_N, key, method, num_iters, tol, warn_unconverged):
+    g = functools.partial(fn, _stop_gradient(args))
+    _, u_M, v_N, info, tol = _top_flat(g, jax.lax.stop_gradient(x_N), fn.precision, method, num_iters, tol, key)
     if warn_unconverged:
         _warn("differentiable_spectral_norm", info.converged, info.residual, tol)
     u_M, v_N = jax.lax.stop_gradient(u_M), jax.lax.stop_gradient(v_N)
-
-    def sigma(params, x):
-        g, x_N, _ = flat(f, x, params)
-        return jnp.vdot(u_M, jax.jvp(g, (x_N,), (v_N,))[1])
-
-    return sigma(params, x), info
+    return jnp.vdot(u_M, jax.jvp(functools.partial(fn, args), (x_N,), (v_N,))[1]), info

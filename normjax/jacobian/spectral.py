@@ -32,12 +32,17 @@ class SpectralInfo:
       iterations: J^T J products (power) or bidiagonalization steps (Lanczos), each costing one JVP
         and one VJP; 0 for exact.
       residual: error_bound relative to the largest estimate.
-      converged: residual <= tol (for Lanczos also when the Krylov space is the whole space).
-      error_bound: absolute: power and Lanczos, the largest residual ||J^T u - s v|| of the returned
-        triplets (J v = s u holds exactly), so a singular value of J lies within it of each estimate;
+      converged: residual <= tol.
+      error_bound: absolute; a singular value of J (the Jacobian of f in exact arithmetic, at its
+        weights and x as f sees them, e.g. rounded to bfloat16) lies within it of each estimate. Power
+        and Lanczos: the returned triplets' residuals ||J v - s u|| and ||J^T u - s v||, computed with
+        the operator as f computes it and each widened by that matvec's own rounding (`krylov.certify`);
         exact, see `exact_error_bound`.
       dtype: the working dtype of J, the Krylov vectors and the SVD (`checks.working_dtype`: x's and
         f(x)'s dtypes promoted, bfloat16/float16 widened to float32).
+      rounding: the part of f's own rounding in error_bound (absolute): the estimated error of one J v
+        or J^T u (power, Lanczos), of J (exact). It does not shrink with more iterations.
+      loop_residual: the relative residual power/Lanczos stopped at (0 for exact).
     """
 
     method: str
@@ -46,6 +51,8 @@ class SpectralInfo:
     converged: bool
     error_bound: float
     dtype: str
+    rounding: float = 0.0
+    loop_residual: float = 0.0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -70,13 +77,17 @@ def _top_singular_values(J_MN, k):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _power(fn, args, x_N, v0_N, num_iters, tol):
-    s, _, _, steps, res, bad_y = krylov.power(functools.partial(fn, args), x_N, v0_N, num_iters, tol)
-    return s, steps, res, bad_y
+    g = functools.partial(fn, args)
+    s, v_N, u_M, steps, res, bad_y = krylov.power(g, x_N, v0_N, num_iters, tol)
+    bound_K, rounding_K = krylov.certify(g, x_N, s[None], u_M[None], v_N[None])
+    return s[None], steps, res / jnp.maximum(s, jnp.finfo(x_N.dtype).tiny), bad_y, bound_K, rounding_K
 
 
-@functools.partial(jax.jit, static_argnums=(0, 5))
+@functools.partial(jax.jit, static_argnums=(0, 4, 5))
 def _lanczos(fn, args, x_N, v0_N, k, max_dim, tol):
-    return krylov.lanczos(functools.partial(fn, args), x_N, v0_N, k, max_dim, tol)
+    g = functools.partial(fn, args)
+    theta_K, steps, rel, bad_y, (U_KM, V_KN) = krylov.lanczos(g, x_N, v0_N, k, max_dim, tol, vectors=k)
+    return (theta_K, steps, rel, bad_y, *krylov.certify(g, x_N, theta_K[:k], U_KM, V_KN))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
@@ -111,13 +122,22 @@ def host_level(name: str, conv) -> None:
         )
 
 
-def _finish(values, info, tol, return_info):
-    if not info.converged:
+def _finish(values, info, tol, inner_tol, return_info):
+    if not info.converged and info.loop_residual > inner_tol:
         warnings.warn(
             f"{info.method} stopped after {info.iterations} iterations with relative residual bound "
             f"{info.residual:.3g} > tol {tol:.3g}: each estimate is guaranteed within that (relative) of a "
             "singular value of J, and is often far closer (a converged value's error shrinks like the bound "
             "squared over the gap to the next singular value). Raise num_iters (or tol) for a guaranteed bound.",
+            stacklevel=3,
+        )
+    elif not info.converged:
+        warnings.warn(
+            f"{info.method}: f's own rounding limits what can be certified: the error bound {info.residual:.3g} "
+            f"(relative; {info.rounding / max(info.error_bound, 1e-300) * info.residual:.3g} of it from one "
+            f"matvec's rounding) is above tol {tol:.3g}, and more iterations do not lower it. Each estimate is "
+            "guaranteed within the bound of a singular value of J; pass tol at or above it, or let f compute in "
+            "a wider dtype.",
             stacklevel=3,
         )
     return (values, info) if return_info else values
@@ -137,9 +157,10 @@ def _exact(conv, k, out_size):
     mode = "fwd" if conv.x_N.size <= out_size else "rev"  # the cheaper of N JVPs and M VJPs
     J_MN = jacobian_of(conv, mode=mode)
     s_K = _top_singular_values(J_MN, k)
-    bound = exact_error_bound(float(s_K[0]), rounding_estimate(conv, J_MN, mode), J_MN.shape, conv.dtype)
+    rounding = rounding_estimate(conv, J_MN, mode)
+    bound = exact_error_bound(float(s_K[0]), rounding, J_MN.shape, conv.dtype)
     residual = bound / max(float(s_K[0]), float(jnp.finfo(conv.dtype).tiny))
-    return s_K, SpectralInfo("exact", 0, residual, True, bound, str(conv.dtype))
+    return s_K, SpectralInfo("exact", 0, residual, True, bound, str(conv.dtype), rounding)
 
 
 def singular_values(
@@ -214,35 +235,34 @@ def _spectrum(entry, f, x, k, params, *, method, num_iters, tol, key, return_inf
         raise ValueError("power iteration gives only the top singular value; use k=1 or lanczos.")
     tol = checks.default_tol(conv.dtype, conv.fn.precision) if tol is None else float(tol)
     key = jax.random.key(0) if key is None else key
+    inner_tol = checks.loop_tol(tol, conv.dtype, conv.fn.precision)
     if method == "exact":
         s_K, info = _exact(conv, k, out_size)
     else:
         v0_N = krylov.random_vectors(key, (x_N.size,), x_N.dtype)
         if method == "power":
             iters = DEFAULT_POWER_ITERS if num_iters is None else num_iters
-            s, steps, bound, bad_y = _power(conv.fn, conv.args, x_N, v0_N, iters, tol)
-            checks.raise_if_nonfinite("f(x)", bad_y, out_size)
-            s_K, bound = s[None], float(bound)
-            res = bound / max(float(s), float(jnp.finfo(x_N.dtype).tiny))
+            theta_K, steps, res, bad_y, bound_K, rounding_K = _power(conv.fn, conv.args, x_N, v0_N, iters, inner_tol)
         else:
             max_dim = min(rank, 2 * k + 60 if num_iters is None else num_iters)
             if max_dim < k:
                 raise ValueError(f"num_iters={num_iters} must be >= k={k} for lanczos.")
             while True:
-                theta_K, steps, res, bad_y = _lanczos(conv.fn, conv.args, x_N, v0_N, k, max_dim, tol)
+                theta_K, steps, res, bad_y, bound_K, rounding_K = _lanczos(
+                    conv.fn, conv.args, x_N, v0_N, k, max_dim, inner_tol
+                )
                 checks.raise_if_nonfinite("f(x)", bad_y, out_size)
-                res = float(res)
-                # "auto" owns the Krylov dimension: double it until the bound reaches tol or spans everything.
-                if requested != "auto" or num_iters is not None or res <= tol or max_dim == rank:
+                # "auto" owns the Krylov dimension: double it until the loop's residual reaches its tol or spans all.
+                if requested != "auto" or num_iters is not None or float(res) <= inner_tol or max_dim == rank:
                     break
                 max_dim = min(rank, 2 * max_dim)
-            s_K = theta_K[:k]
-            bound = res * float(theta_K[0])
-        # A full Krylov basis (max_dim = rank) makes B's singular values exact up to rounding.
-        converged = res <= tol or (method == "lanczos" and int(steps) == rank)
-        info = SpectralInfo(method, int(steps), res, converged, bound, str(conv.dtype))
+        checks.raise_if_nonfinite("f(x)", bad_y, out_size)
+        s_K = theta_K[:k]
+        bound, rounding = float(jnp.max(bound_K)), float(jnp.max(rounding_K))
+        rel = bound / max(float(theta_K[0]), float(jnp.finfo(x_N.dtype).tiny))
+        info = SpectralInfo(method, int(steps), rel, rel <= tol, bound, str(conv.dtype), rounding, float(res))
     checks.check_finite(f"the {info.method} singular values", s_K)
-    return _finish(s_K, info, tol, return_info)
+    return _finish(s_K, info, tol, inner_tol, return_info)
 
 
 def spectral_norm(

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import errors as flax_errors
-from flax import nnx
 from jax.extend import core as jex
 from jax.flatten_util import ravel_pytree
 
@@ -144,20 +143,31 @@ def with_call(model, call: Callable) -> Call:
     return Call(model, call)
 
 
+def is_nnx_module(obj) -> bool:
+    """Whether obj is a flax.nnx.Module, judged by its type's module names: flax is never imported to ask."""
+    return any(c.__name__ == "Module" and c.__module__.startswith("flax.nnx") for c in type(obj).__mro__)
+
+
+def _split_nnx(module, call: Callable) -> tuple[Callable, Any]:
+    """(lambda state, x: call(module rebuilt from state, x), state): flax loads only here, for a flax object."""
+    from flax import nnx
+
+    graphdef, state = nnx.split(module)
+    return lambda p, x: call(nnx.merge(graphdef, p, copy=True), x), state
+
+
 def as_callable(f, params=None) -> tuple[Callable, Any]:
     """f as a function of (params, x): an nnx.Module is split so its state is an explicit argument."""
     if isinstance(f, Call):
         if params is not None:
             raise TypeError("pass either with_call(model, call) or params=, not both.")
-        if isinstance(f.model, nnx.Module):
-            graphdef, state = nnx.split(f.model)
-            return lambda p, x: f.call(nnx.merge(graphdef, p, copy=True), x), state
+        if is_nnx_module(f.model):
+            return _split_nnx(f.model, f.call)
         return f.call, f.model
-    if isinstance(f, nnx.Module):
+    if is_nnx_module(f):
         if params is not None:
             raise TypeError("pass either an nnx.Module or params=, not both.")
-        graphdef, state = nnx.split(f)
-        return lambda p, x: nnx.merge(graphdef, p, copy=True)(x), state
+        return _split_nnx(f, lambda m, x: m(x))
     if not callable(f):
         raise TypeError(
             f"f must be a callable f(x), f(params, x) with params=, or an nnx.Module, got {type(f).__name__}."
@@ -192,9 +202,11 @@ def _trace_module_safe(flat, p_leaves, x_N):
     draws from nnx.Rngs or runs nnx.scan mutates it inside our trace) become one TypeError with the fix."""
     try:
         return jax.make_jaxpr(flat)(p_leaves, x_N)
-    except (flax_errors.TraceContextError, ValueError) as e:
+    except Exception as e:
+        flax_errors = sys.modules.get("flax.errors")  # loaded if f raised one of its errors
+        trace_errors = (ValueError,) + ((flax_errors.TraceContextError,) if flax_errors is not None else ())
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if "trace level" not in first:
+        if not isinstance(e, trace_errors) or "trace level" not in first:
             raise
         raise TypeError(
             "normjax.jacobian: f closes over an nnx.Module that it mutates or splits while traced (sow, "
