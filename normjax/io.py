@@ -9,12 +9,16 @@ import logging
 import math
 import os
 import shutil
+import socket
 import tempfile
+import threading
+import time
 
 import numpy as np
 
 TMP_PREFIX = ".tmp-"  # temporary files are named .tmp-<pid>-<random><suffix>
 LOCK_NAME = ".lock"
+LEASE_HEARTBEAT_S, LEASE_STALE_S = 30.0, 300.0  # FolderLock's lease: renewed every 30 s, stale after 5 minutes
 CHECKSUM_KEY = "_sha256"  # in every JSON object write_json writes: the sha256 of the rest (see checksum)
 REJECTED_SUFFIX = ".rejected"  # a file that failed its checksum or structure check is renamed <file>.rejected[.n]
 _noted_unverified: set[str] = set()  # one note per process for files written before checksums
@@ -274,7 +278,10 @@ def _alive(pid: int) -> bool:
 
 
 class FolderLock:
-    """An exclusive lock on a folder: flock on folder/`name`, dropped by the OS when the process dies.
+    """An exclusive lock on a folder: flock on folder/`name`, dropped by the OS when the process dies, and a lease
+    folder/`name`.owner created with O_EXCL ("host pid"), its mtime renewed every LEASE_HEARTBEAT_S, for the
+    nodes of a network filesystem whose flock is not shared between them (NFS, Lustre without `flock`). A lease
+    whose holder is gone (a dead pid on this host, or no heartbeat for LEASE_STALE_S) is taken over, with a warning.
 
     The lock file may be removed by its holder when the folder is finished (`remove`): a process that locked
     the removed file locks the new one instead.
@@ -305,6 +312,58 @@ class FolderLock:
             os.close(self.fd)  # its holder removed it: lock the file now at `path`
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            self._lease(folder, wait)
+        except BaseException:
+            self.release()
+            raise
+
+    def _lease(self, folder: str, wait: bool) -> None:
+        """Creates path.owner with O_EXCL (a stale one is renamed away first), then renews it in a thread."""
+        self.owner, self.token = self.path + ".owner", f"{socket.gethostname()} {os.getpid()} {id(self)}"
+        while True:
+            try:
+                fd = os.open(self.owner, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                break
+            except FileExistsError:
+                holder, stale = self._lease_holder()
+                if stale:
+                    logging.warning("%s: taking over the lock of %s (%s)", folder, holder, stale)
+                    with contextlib.suppress(FileNotFoundError):  # one taker renames it; the others find it gone
+                        os.rename(self.owner, f"{self.owner}.stale-{os.getpid()}")
+                        os.remove(f"{self.owner}.stale-{os.getpid()}")
+                    continue
+                if not wait:
+                    raise WorkdirError(
+                        f"{folder} is in use by another process ({holder}); wait for it to end or use another --workdir"
+                    ) from None
+                logging.warning("%s is in use by another process (%s); waiting for it", folder, holder)
+                time.sleep(1.0)
+        os.write(fd, f"{self.token}\n".encode())
+        os.close(fd)
+        self._stop = threading.Event()
+        threading.Thread(target=self._heartbeat, args=(self._stop,), daemon=True).start()
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        while not stop.wait(LEASE_HEARTBEAT_S):
+            with contextlib.suppress(OSError):
+                os.utime(self.owner)
+
+    def _lease_text(self) -> str:
+        with open(self.owner) as f:
+            return f.read()
+
+    def _lease_holder(self) -> tuple[str, str | None]:
+        """("pid P on host H", why it is stale or None) of the lease at path.owner."""
+        try:
+            host, pid = (self._lease_text().split() + ["?", "0"])[:2]
+            age = time.time() - os.stat(self.owner).st_mtime
+        except FileNotFoundError:
+            return "gone", "removed meanwhile"
+        holder = f"pid {pid} on {host}"
+        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+            return holder, "its process has ended"
+        return holder, f"no heartbeat for {age:.0f} s" if age > LEASE_STALE_S else None
 
     def _still_there(self) -> bool:
         try:
@@ -314,6 +373,12 @@ class FolderLock:
 
     def release(self) -> None:
         """Releases the lock (idempotent)."""
+        if getattr(self, "_stop", None) is not None:
+            self._stop.set()
+            self._stop = None
+            with contextlib.suppress(OSError):
+                if self._lease_text().strip() == self.token:  # ours still (not taken over as stale)
+                    os.remove(self.owner)
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
