@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 import sentencepiece as spm
 
-from normjax.io import write_bytes, write_text
+from normjax.io import WorkdirError, write_bytes, write_text
 from normjax.train.data_text import DataError, read_lines
 from normjax.train.vocab import SubwordVocab
 
@@ -250,7 +250,10 @@ def build_corpus(spec: CorpusSpec, out: str) -> dict:
             f"the {' and '.join(empty)} split of {len(pairs)} {spec.src}-{spec.tgt} pairs is empty (valid_fraction="
             f"{spec.valid_fraction}, test_fraction={spec.test_fraction}); raise the fraction or add catalogs"
         )
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:  # a file where the folder or one of its parents should be
+        raise DataError(f"the corpus folder {out} cannot be made ({e.strerror}): give a folder path") from None
     files = {}
     for name, rows in splits.items():
         for lang, col in ((spec.src, 0), (spec.tgt, 1)):
@@ -407,6 +410,9 @@ def main(argv=None) -> int:
         manifest = build_corpus(spec, args.out)
     except DataError as e:
         print(f"data error: {e}", file=sys.stderr)
+        return 2
+    except WorkdirError as e:  # a link or a folder where a file of the corpus goes, a full disk
+        print(f"error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:
         print(f"config error: {e}", file=sys.stderr)

@@ -266,3 +266,16 @@ def test_a_cache_folder_in_the_way_is_named(tmp_path, monkeypatch):
     os.remove(os.path.join(folder, "manifest.json"))
     with pytest.raises(DataError, match=f"{folder} is in the way"):
         data_gettext.cached_corpus(spec)
+
+
+@pytest.mark.parametrize("out", ["a_file", "a_file/sub", "blocked"])
+def test_an_out_folder_that_cannot_hold_the_corpus_is_one_line_exit_2(tmp_path, capsys, out):
+    """Before: FileExistsError / NotADirectoryError / IsADirectoryError tracebacks, exit 1."""
+    make_catalogs(tmp_path)
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "blocked" / "train.de").mkdir(parents=True)  # a folder where the first corpus file goes
+    argv = [f"--prefixes={tmp_path}", f"--out={tmp_path / out}", "--min_pairs=1", "--vocab_size=80"]
+    assert data_gettext.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path / out) in err, err
+    assert (tmp_path / "a_file").read_text() == "x" and (tmp_path / "blocked" / "train.de").is_dir()
