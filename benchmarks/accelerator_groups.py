@@ -124,12 +124,11 @@ def group_config(name: str, tiny: bool = False):
     axes = dict(group.axes)
     if group.translation:
         translation = study_config.translation_axes(config, num_layers=6, lr=5e-4, warmup=400, num_steps=1200)
-        axes = translation | {"data.buckets": [(32,)], "train.checkpoint_every": [120]} | axes
-    steps = axes.get("train.num_steps", [config.train.num_steps])[0]
-    axes.setdefault("train.checkpoint_every", [max(steps // 10, 1)])  # a cut-off loses at most a tenth of a run
-    axes.setdefault("train.eval_every", [steps // 3])
-    axes.setdefault("train.log_every", [max(steps // 30, 1)])
-    axes.setdefault("train.diag_every", [steps // 10])
+        axes = translation | {"data.buckets": [(32,)]} | axes
+    log = max(axes.get("train.num_steps", [config.train.num_steps])[0] // 50, 1)
+    # 50 logged points, 10 diagnostics, 5 evaluations; a checkpoint every tenth (what a cut-off can lose)
+    axes |= {"train.log_every": [log], "train.diag_every": [5 * log], "train.checkpoint_every": [5 * log]}
+    axes["train.eval_every"] = [10 * log]
     if tiny:
         shrink = TINY | (TINY_TRANSLATION if group.translation else {})
         varied = [k for k, v in axes.items() if len(v) > 1][:2]  # two values of two axes: at most 4 runs

@@ -102,3 +102,14 @@ def test_a_group_cut_off_by_its_budget_resumes_with_the_same_command(tmp_path):
     done = _run(*args, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "4/4 runs done" in done.stdout and "group s5_pre on 1 x cpu" in done.stdout
+
+
+def test_every_group_at_full_size_is_one_program_per_placement():
+    from normjax.train.config_schema import shape_key
+    from normjax.train.sweep import expand
+
+    for name in accelerator_groups.GROUPS:
+        runs = expand(accelerator_groups.group_config(name))
+        placements = {r.run.model["placement"] for r in runs}
+        assert len({shape_key(r.run) for r in runs}) == len(placements), name  # lr, warmup, seed: traced
+        assert all(r.name.startswith(f"grid={name},") for r in runs)
