@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from model_fixtures import model_inputs, tiny_model
+from model_fixtures import model_inputs, scan_twin, tiny_model
 from test_schemes import H, _lin, _ln, _randomize_norms
 
 import normjax
@@ -106,3 +106,14 @@ def test_cross_attention_is_probed_per_head():
     for sub in ("attn", "cross"):
         assert out["decoder"][sub]["first_token_mass"].shape == (2, H)
         assert np.all((out["decoder"][sub]["first_token_mass"] > 0) & (out["decoder"][sub]["first_token_mass"] <= 1))
+
+
+def test_scanned_layers_give_the_same_probes():
+    """The per-head statistics travel through nnx.scan's stacked records like the other records."""
+    model = tiny_model(arch="encoder_decoder", num_layers=3)
+    inputs = model_inputs(model.cfg)
+    loop, scanned = sinks.sink_probes(model, *inputs), sinks.sink_probes(scan_twin(model), *inputs)
+    for stack, parts in loop.items():
+        for part, stats in parts.items():
+            for name, value in stats.items():
+                np.testing.assert_allclose(scanned[stack][part][name], value, rtol=1e-5, err_msg=f"{stack} {name}")
