@@ -202,7 +202,8 @@ def certify(g, x_N, theta_K, U_KM, V_KN, draws: int = ROUNDING_DRAWS):
     [[0, J], [J^T, 0]] and (u, v) / sqrt(2)).
 
     Returns:
-      (bound_K, rounding_K): absolute bounds, and max(rho_v, rho_u) per triplet.
+      (bound_K, rounding_K): absolute bounds, and their rounding part sqrt((rho_v^2 + rho_u^2) / 2) (the bound
+      with zero residuals, so never above it) per triplet.
     """
     out_size = U_KM.shape[1]
 
@@ -220,7 +221,7 @@ def certify(g, x_N, theta_K, U_KM, V_KN, draws: int = ROUNDING_DRAWS):
         rho_u = jnp.max(jnp.stack([jnp.linalg.norm(d[out_size:]) for d in spread]))
         a = jnp.linalg.norm(base[:out_size] - theta * u_M) + rho_v
         b = jnp.linalg.norm(base[out_size:] - theta * v_N) + rho_u
-        return jnp.sqrt((a**2 + b**2) / 2), jnp.maximum(rho_v, rho_u)
+        return jnp.sqrt((a**2 + b**2) / 2), jnp.sqrt((rho_v**2 + rho_u**2) / 2)
 
     return jax.vmap(one)(theta_K, U_KM, V_KN)
 
