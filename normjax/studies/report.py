@@ -71,13 +71,20 @@ def load_results(workdir: str) -> dict[str, dict]:
     for path in sorted(glob.glob(os.path.join(workdir, "*", "results.json"))):
         try:
             saved, checked = read_checked(path)
-            name = saved.get("experiment", os.path.basename(os.path.dirname(path))) if isinstance(saved, dict) else ""
+            if not isinstance(saved, dict) or not isinstance(saved.get("results"), dict):
+                raise CorruptFileError(f"{path} is not a study's results (no results dict)")
+            want = {"experiment": str, "wall_time_s": int | float, "figures": list, "machine": dict, "provenance": dict}
+            odd = [k for k, kind in want.items() if saved.get(k) is not None and not isinstance(saved[k], kind)]
+            if isinstance(saved.get("figures"), list) and not all(isinstance(f, str) for f in saved["figures"]):
+                odd.append("figures")
+            if odd:
+                fields = ", ".join(f"{k}={saved[k]!r:.60}" for k in odd)
+                raise CorruptFileError(f"{path} is not a study's results: {fields}")
+            name = saved.get("experiment", os.path.basename(os.path.dirname(path)))
             if not checked and name in BY_NAME:
                 refuse_stripped(path, saved, code_fingerprint(BY_NAME[name].compute))
         except ChecksumError as e:
             raise ChecksumError(f"{e}; the report uses no altered results: rerun that study with --force") from None
-        if not isinstance(saved, dict) or not isinstance(saved.get("results"), dict):
-            raise CorruptFileError(f"{path} is not a study's results (no results dict)")
         if not checked:
             note_unverified(path)
         try:

@@ -195,3 +195,22 @@ def test_report_names_a_damaged_sweep_json(tmp_path, rules, content):
     with pytest.raises(io.CorruptFileError, match=rf"^{path} (is not a sweep's record|is corrupt|is a folder)") as e:
         build_report(str(tmp_path))
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "field", [{"experiment": [1]}, {"figures": 5}, {"figures": [1]}, {"machine": [1]}, {"wall_time_s": "x"}], ids=str
+)
+def test_report_names_a_results_field_of_the_wrong_kind(tmp_path, rules, field):
+    """A hand-made results.json (its checksum holds). Before: TypeError / AttributeError tracebacks."""
+    path = _results(tmp_path, 1.0)
+    io.write_json(str(path), io.read_json(str(path)) | field)
+    key = next(iter(field))
+    with pytest.raises(io.CorruptFileError, match=rf"^{path} is not a study's results: {key}="):
+        build_report(str(tmp_path))
+
+
+def test_report_names_a_results_json_that_is_a_folder(tmp_path, rules):
+    """Before: IsADirectoryError."""
+    (tmp_path / "alpha" / "results.json").mkdir(parents=True)
+    with pytest.raises(io.CorruptFileError, match="results.json is a folder, not a JSON file"):
+        build_report(str(tmp_path))
