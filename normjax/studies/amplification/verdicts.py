@@ -212,9 +212,11 @@ def findings(results: dict) -> list[dict]:
     """The arms reported beside L1 and not counted in it: every (scope, kind, target) but the judged one for
     every placement, and the judged arm for placements Liu et al. make no prediction for (DeepNorm)."""
     judged, out = _judged(results), []
+    measured = next(iter(results["runs"].values()))  # every placement measures the same arms
     for scope in results["scopes"]:
         for kind in results["kinds"]:
-            for target in results.get("targets", ["logits"]):
+            arms = measured.get(scope, {}).get(kind, {})
+            for target in [t for t in arms if t not in ("var", "var_mean", "var_std", "exponent")] or ["logits"]:
                 arm = (scope, kind, target)
                 for placement in results["runs"]:
                     if (arm == judged and placement in PREDICTED) or _arm(results, placement, arm) is None:
