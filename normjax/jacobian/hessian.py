@@ -47,11 +47,12 @@ def adam_threshold(lr: float, b1: float) -> float:
 class Sharpness(NamedTuple):
     """The top eigenvalue of S = P^-1/2 H P^-1/2 (similar to P^-1 H, so the same eigenvalues).
 
-    value: the signed eigenvalue of the top singular pair (its Rayleigh quotient v^T S v); the largest eigenvalue
-      whenever no negative eigenvalue is larger in magnitude (then `value` < 0 says so).
+    value: lambda_max(S), the largest (algebraic) eigenvalue: the Rayleigh quotient at the top singular vector when
+      that eigenvalue is positive; when the dominant eigenvalue is negative, a second Lanczos run on S + |it| I
+      (positive semidefinite) gives lambda_max + |it| (its absolute error is then relative to 2 |lambda_min|).
     magnitude: the largest singular value of S, max |lambda(S)|, from Golub-Kahan-Lanczos.
-    residual: Lanczos' bound on |magnitude - sigma_max(S)|, relative to magnitude.
-    steps: Krylov steps taken (two Hessian-vector products each).
+    residual: Lanczos' bound relative to `magnitude` (the larger of the two runs' when there were two).
+    steps: Krylov steps taken in all (two Hessian-vector products each).
     """
 
     value: jax.Array
@@ -68,12 +69,22 @@ def _top(loss, params, precond, args, v0_N, max_dim, tol):
     def whitened_grad(z_N):  # its Jacobian at z = 0 is D^-1/2 H D^-1/2
         return d_N * ravel_pytree(jax.grad(loss)(unravel(x_N + d_N * z_N), *args))[0].astype(x_N.dtype)
 
+    def top(shift):  # the top singular value of S + shift I and the Rayleigh quotient of S at its Ritz vector
+        g = lambda z_N: whitened_grad(z_N) + shift * z_N
+        theta_K, steps, rel, bad, (_, v) = krylov.lanczos(g, z_N, v0_N, 1, max_dim, tol, vectors=1)
+        v_N = jnp.reshape(v, (-1, x_N.size))[0]  # the top right Ritz vector
+        return theta_K[0], jnp.vdot(v_N, jax.jvp(whitened_grad, (z_N,), (v_N,))[1]), rel, steps, bad
+
     z_N = jnp.zeros_like(x_N)
-    theta_K, steps, rel, bad, (_, v) = krylov.lanczos(whitened_grad, z_N, v0_N, 1, max_dim, tol, vectors=1)
-    v_N = jnp.reshape(v, (-1, x_N.size))[0]  # the top right Ritz vector
-    value = jnp.vdot(v_N, jax.jvp(whitened_grad, (z_N,), (v_N,))[1])
+    magnitude, value, rel, steps, bad = top(jnp.zeros((), x_N.dtype))
+
+    def shifted(_):  # the dominant eigenvalue is negative: S + |lambda_min| I is PSD, its top is lambda_max + shift
+        theta, _, rel2, steps2, _ = top(magnitude)
+        return theta - magnitude, jnp.maximum(rel, rel2 * theta / jnp.maximum(magnitude, 1e-30)), steps + steps2
+
+    value, rel, steps = jax.lax.cond(value < 0, shifted, lambda _: (value, rel, steps), None)
     nan = jnp.asarray(jnp.nan, x_N.dtype)
-    return Sharpness(jnp.where(bad > 0, nan, value), jnp.where(bad > 0, nan, theta_K[0]), rel, steps)
+    return Sharpness(jnp.where(bad > 0, nan, value), jnp.where(bad > 0, nan, magnitude), rel, steps)
 
 
 def top_eigenvalue(

@@ -47,7 +47,7 @@ def test_sharpness_equals_top_eigenvalue_of_explicit_hessian():
     top = hessian.top_eigenvalue(loss, params, tokens, max_dim=x_N.size, tol=1e-12)
     eig = np.linalg.eigvalsh(np.asarray(H_NN))
     np.testing.assert_allclose(float(top.magnitude), np.abs(eig).max(), rtol=1e-9)
-    np.testing.assert_allclose(float(top.value), eig[np.argmax(np.abs(eig))], rtol=1e-9)
+    np.testing.assert_allclose(float(top.value), eig.max(), rtol=1e-8)
 
 
 def test_preconditioned_sharpness_equals_explicit_p_inverse_h():
@@ -68,7 +68,23 @@ def test_preconditioned_sharpness_equals_explicit_p_inverse_h():
     eig = np.linalg.eigvals(np.asarray(H_NN) / np.asarray(P_N)[:, None]).real  # P^-1 H (not symmetric)
     top = hessian.top_eigenvalue(loss, p, tokens, precond=precond, max_dim=x_N.size, tol=1e-12)
     np.testing.assert_allclose(float(top.magnitude), np.abs(eig).max(), rtol=1e-7)
-    np.testing.assert_allclose(float(top.value), eig[np.argmax(np.abs(eig))], rtol=1e-7)
+    np.testing.assert_allclose(float(top.value), eig.max(), rtol=1e-6)
+
+
+def test_largest_eigenvalue_when_a_negative_one_dominates():
+    """A quadratic with eigenvalues (-5, 0.5, 2) in a rotated basis, preconditioned by P = diag(1, 2, 4)."""
+    rotation, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((3, 3)))
+    A = jnp.asarray(rotation @ np.diag([-5.0, 0.5, 2.0]) @ rotation.T)
+    P = jnp.array([1.0, 2.0, 4.0])
+
+    def loss(p):
+        return 0.5 * p["w"] @ A @ p["w"]
+
+    top = hessian.top_eigenvalue(loss, {"w": jnp.ones(3)}, precond={"w": P}, max_dim=3, tol=1e-12)
+    eig = np.linalg.eigvalsh(np.asarray(A) / np.sqrt(np.outer(P, P)))  # D^-1/2 A D^-1/2
+    assert eig.min() < 0 < eig.max() < -eig.min()
+    np.testing.assert_allclose(float(top.magnitude), -eig.min(), rtol=1e-10)
+    np.testing.assert_allclose(float(top.value), eig.max(), rtol=1e-9)
 
 
 def test_adam_threshold_is_gradient_descents_without_momentum():
