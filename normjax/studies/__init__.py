@@ -2,6 +2,7 @@
 
 from normjax.studies import (
     amplification,
+    answer,
     cost,
     deep_training,
     depth_scaling,
@@ -25,6 +26,7 @@ STUDIES: tuple[Study, ...] = (  # adding a study: its folder and one line here (
     deep_training.STUDY,
     trained_layers.STUDY,
     warmup_ablation.STUDY,
+    answer.STUDY,
     cost.STUDY,
     diagnose.STUDY,
 )
