@@ -12,6 +12,7 @@ from normjax.studies.answer import figures, measure, verdicts
 from normjax.studies.answer import table_verdicts as tables
 from normjax.studies.judge import judge
 from normjax.train.config_io import default_config
+from normjax.train.outcomes import label
 
 H = 4.0  # a synthetic unigram level: 'trained' below 0.95 H
 
@@ -25,7 +26,7 @@ def _tiny():
     return answer_config.add_grids(
         c, placements=("post", "pre"), depths=(1,), lrs=[1e-2, 1e-1], dose_depth=1, dose_lr=1e-1,
         dose_horizons=(1,), intervention_lrs=[1e-1], intervention_seeds=1, layer_horizons=1, seed_count=2,
-        sharpness_every=6, sharpness_dim=4,
+        sharpness_every=6, sharpness_dim=4, boundary_seeds=1,
     )  # fmt: skip
 
 
@@ -36,6 +37,13 @@ def test_answer_smoke(tmp_path):
     assert {"window", "dose", "gi_adam", "radam", "warmup_top", "warmup_bottom"} <= groups
     trained_curves = {(b["placement"], b["depth"]) for b in results["best_lr"]}
     assert {g for g in groups if g.startswith("quality")} == {f"quality_{p}_L{d}" for p, d in trained_curves}
+    best = {(b["placement"], b["depth"]): b["lr"] for b in results["best_lr"]}
+    first = {(r["placement"], r["depth"], r["lr"]): label(r, results["unigram_nll"]) == "trained"
+             for r in results["runs"] if r["group"] == "window"}  # fmt: skip
+    for r in (r for r in results["runs"] if r["group"].startswith("boundary")):
+        other = {1e-2: 1e-1, 1e-1: 1e-2}[r["lr"]]  # its neighbour on the 2-lr curve trained or not, unlike it
+        assert r["seed"] == 1 and r["lr"] != best.get((r["placement"], r["depth"]))
+        assert first[(r["placement"], r["depth"], r["lr"])] != first[(r["placement"], r["depth"], other)]
     for r in results["runs"]:
         assert [s for s, _ in r["valid_nll"]][-1] == 12 and "label" not in r and "outcome" not in r
     arms = results["sharpness"]
@@ -47,6 +55,12 @@ def test_answer_smoke(tmp_path):
     assert all(r["verdict"] in VERDICTS for r in rows)
     _assert_every_number_cites_a_row(tables.answer_section(results), results)
     assert (tmp_path / "answer" / "lr_window.png").exists() and (tmp_path / "answer" / "sharpness.png").exists()
+
+
+def test_boundary_lrs_are_both_sides_of_every_change():
+    labels = {1e-3: "trained", 1e-2: "trained", 1e-1: "slow", 1.0: "trained", 10.0: "diverged"}
+    assert measure.boundary_lrs(labels) == [1e-2, 1e-1, 1.0, 10.0]
+    assert measure.boundary_lrs({1e-3: "trained", 1e-2: "trained"}) == []
 
 
 def _curve(final):

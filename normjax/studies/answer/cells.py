@@ -18,17 +18,36 @@ def labelled(results: dict, **moved) -> list[dict]:
     return [r | {"label": label(r, unigram, **moved), "ref": f"r{i}"} for i, r in enumerate(results["runs"])]
 
 
-def window(runs: list[dict]) -> dict[tuple[str, int], dict[float, dict]]:
-    """(placement, depth) -> {lr: the window's run (first seed, no warmup, Adam)}."""
+def window(runs: list[dict]) -> dict[tuple[str, int], dict[float, list[dict]]]:
+    """(placement, depth) -> {lr: every seed run there without warmup with Adam (the window's first seed, the
+    boundary and quality grids' further seeds)}."""
     out: dict = {}
     for r in runs:
         if r["group"] == "window":
-            out.setdefault((r["placement"], r["depth"]), {})[r["lr"]] = r
+            out.setdefault((r["placement"], r["depth"]), {})[r["lr"]] = []
+    for r in runs:
+        extra = r["group"].startswith(("boundary", "quality"))
+        if (
+            (r["group"] == "window" or extra)
+            and (r["placement"], r["depth"]) in out
+            and r["lr"] in out[(r["placement"], r["depth"])]
+        ):
+            out[(r["placement"], r["depth"])][r["lr"]].append(r)
     return out
 
 
-def trained_lrs(curve: dict[float, dict]) -> list[float]:
-    return sorted(lr for lr, r in curve.items() if r["label"] == "trained")
+def cell_label(rows: list[dict]) -> str:
+    """'trained' when at least half the seeds trained, else the commonest other label."""
+    labels = [r["label"] for r in rows]
+    if 2 * labels.count("trained") >= len(labels):
+        return "trained"
+    others = [x for x in labels if x != "trained"]
+    return max(sorted(set(others)), key=others.count)
+
+
+def trained_lrs(curve: dict[float, list[dict]]) -> list[float]:
+    """The lrs of a window curve where at least half the seeds trained."""
+    return sorted(lr for lr, rows in curve.items() if cell_label(rows) == "trained")
 
 
 def best_cell(runs: list[dict], results: dict, placement: str, depth: int) -> list[dict]:

@@ -76,7 +76,8 @@ def _byte_lm(config, d_model, d_ff, depth, num_steps, seq_len=64, batch_size=8):
 
 
 def add_grids(config, placements, depths, lrs, dose_depth, dose_lr, dose_horizons, intervention_lrs,
-              intervention_seeds, layer_horizons, seed_count, sharpness_every, sharpness_dim):  # fmt: skip
+              intervention_seeds, layer_horizons, seed_count, sharpness_every, sharpness_dim,
+              boundary_seeds=0):  # fmt: skip
     """The grids of a preset (module docstring) and the study's own section."""
     h = horizon(config.train.b2)
     warmups = [k * h for k in dose_horizons]
@@ -102,7 +103,8 @@ def add_grids(config, placements, depths, lrs, dose_depth, dose_lr, dose_horizon
     config[SIDE] = ml_collections.ConfigDict(
         {"num_seeds": seed_count, "reference": "pre", "dose_depth": dose_depth, "dose_lr": dose_lr,
          "layer_warmup": layer_horizons * h, "sharpness_every": sharpness_every, "sharpness_dim": sharpness_dim,
-         "sharpness_warmup": layer_horizons * h, "sharpness_seeds": intervention_seeds}
+         "sharpness_warmup": layer_horizons * h, "sharpness_seeds": intervention_seeds,
+         "boundary_seeds": boundary_seeds}
     )  # fmt: skip
     return config
 
@@ -123,7 +125,7 @@ def standard_scale():
                             "mixln"),
         depths=(6, 12, 24), lrs=[10 ** (k / 2) for k in range(-7, -2)], dose_depth=6, dose_lr=10**-2.5,
         dose_horizons=(1, 2, 4, 8, 16), intervention_lrs=[1e-3, 10**-2.5], intervention_seeds=3, layer_horizons=4,
-        seed_count=3, sharpness_every=50, sharpness_dim=30,
+        seed_count=3, sharpness_every=50, sharpness_dim=30, boundary_seeds=2,
     )  # fmt: skip
 
 

@@ -27,12 +27,14 @@ def window_figure(results: dict, runs: list[dict], stem: str) -> list[str]:
         grid = np.full((len(depths), len(lrs)), np.nan)
         for i, d in enumerate(depths):
             for j, lr in enumerate(lrs):
-                r = curves.get((placement, d), {}).get(lr)
-                if r is None:
+                rows = curves.get((placement, d), {}).get(lr)
+                if not rows:
                     continue
-                grid[i, j] = OUTCOME_INDEX[r["label"]]
-                nll = r["final_valid_nll"]
+                grid[i, j] = OUTCOME_INDEX[cells.cell_label(rows)]
+                nll = rows[0]["final_valid_nll"]  # the first seed's
                 text = "-" if nll is None or not math.isfinite(nll) else f"{nll:.2f}"
+                if len(rows) > 1:
+                    text += f"\n{sum(r['label'] == 'trained' for r in rows)}/{len(rows)}"
                 ax.text(j, i, text, ha="center", va="center", fontsize=6)
         ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=len(OUTCOME_COLORS) - 0.5, aspect="auto", origin="lower")
         ax.set_xticks(range(len(lrs)), [cells.lr_text(lr) for lr in lrs], fontsize=6, rotation=45)
@@ -42,7 +44,7 @@ def window_figure(results: dict, runs: list[dict], stem: str) -> list[str]:
     fig.legend(handles=handles, fontsize=6, loc="upper right", ncols=len(handles))
     fig.suptitle(
         "lr window per placement and depth (cf. Wortsman et al. 2023's final loss vs lr); outcome judged from the "
-        "stored validation curve, final valid nll written in",
+        "stored validation curve (majority of seeds), the first seed's final valid nll written in (k/n: seeds trained)",
         fontsize=8,
     )
     return plotting.save(fig, stem)

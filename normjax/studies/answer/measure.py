@@ -15,6 +15,7 @@ from normjax.train.config_io import sweep_axes
 from normjax.train.outcomes import label
 
 QUALITY = "quality"  # the grids added once the window ran: QUALITY_<placement>_L<depth>
+BOUNDARY = "boundary"  # and BOUNDARY_<placement>_L<depth>: more seeds on both sides of a failure boundary
 SHARPNESS = "sharpness"
 
 
@@ -72,6 +73,33 @@ def best_lrs(rows: list[dict], unigram: float) -> dict[tuple[str, int], float]:
     return {k: lr for k, (lr, _) in best.items()}
 
 
+def boundary_lrs(curve: dict[float, str]) -> list[float]:
+    """The lrs on either side of each change between 'trained' and not along a curve ({lr: label})."""
+    lrs, out = sorted(curve), set()
+    for a, b in zip(lrs, lrs[1:], strict=False):
+        if (curve[a] == "trained") != (curve[b] == "trained"):
+            out |= {a, b}
+    return sorted(out)
+
+
+def boundary_grids(rows: list[dict], unigram: float, best: dict, seeds: list[int], count: int) -> dict:
+    """`count` seeds beyond the window's one at the cells on either side of each failure boundary of every window
+    curve (first-seed labels), but at its best lr (the quality grid seeds that cell)."""
+    curves: dict = {}
+    for r in rows:
+        if r["group"] == "window":
+            curves.setdefault((r["placement"], r["depth"]), {})[r["lr"]] = label(r, unigram)
+    grids = {}
+    for (placement, depth), curve in sorted(curves.items()):
+        lrs = [lr for lr in boundary_lrs(curve) if lr != best.get((placement, depth))]
+        if lrs and count:
+            grids[f"{BOUNDARY}_{placement}_L{depth}"] = sweep_axes(
+                {"model.placement": [placement], "model.num_layers": [depth], "train.lr": lrs,
+                 "train.warmup_steps": [0], "train.seed": seeds[1 : 1 + count]}
+            )  # fmt: skip
+    return grids
+
+
 def quality_grids(best: dict, seeds: list[int]) -> dict:
     """The seeds beyond the window's one at each curve's best lr, no warmup."""
     return {
@@ -108,6 +136,7 @@ def compute(config, study) -> dict:
     seeds = [config.train.seed + k for k in range(config[SIDE].num_seeds)]
     best = best_lrs(rows, unigram)
     grids = quality_grids(best, seeds) if len(seeds) > 1 else {}
+    grids |= boundary_grids(rows, unigram, best, seeds, config[SIDE].boundary_seeds)
     second = train.expand(sweep_config(config, grids), devices) if grids else []
     if second:
         sweep = _sweep(config, first + second, study.path)

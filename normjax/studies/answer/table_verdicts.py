@@ -83,7 +83,7 @@ def depth_table(runs: list[dict], results: dict, depth: int) -> list[str]:
         else:
             warm, warm_rows = "not measured", []
         out.append(
-            f"| {placement} | {window} {_refs(list(curve.values()))} | "
+            f"| {placement} | {window} {_refs(sum(curve.values(), []))} | "
             f"{cells.lr_text(best[0]['lr']) if best else '-'} {_refs(best[:1])} | {nll} {_refs(best)} | "
             f"{diff_text} {_refs(best + ref_rows) if diff_text != '-' else _refs(ref_rows)} | "
             f"{warm} {_refs(warm_rows)} |"
@@ -96,7 +96,7 @@ def depth_table(runs: list[dict], results: dict, depth: int) -> list[str]:
         best = min(tied, key=lambda p: summary[p]["nll"])
         out.append(
             f"Recommended at {depth} layers: **{choice}**: the widest lr window ({summary[choice]['width']} lrs "
-            f"{_refs(list(curves[choice].values()))}) among the placements whose final nll is not worse than the "
+            f"{_refs(sum(curves[choice].values(), []))}) among the placements whose final nll is not worse than the "
             f"lowest ({best}, {summary[best]['nll']:.3f} {_refs(summary[best]['rows'])}) by a 95% paired interval: "
             f"{', '.join(tied)}."
         )
