@@ -105,7 +105,7 @@ def _assert_every_number_cites_a_row(lines, results):
     for line in table_rows + [line for line in lines if line.startswith("Recommended")]:
         for cell in line.strip("|").split("|")[1:] if line.startswith("|") else [line]:
             cited = re.findall(r"\b[rs]\d+\b", cell)
-            if re.search(r"\d\.\d|\d of \d|steps", cell):
+            if re.search(r"\d\.\d|\d of \d|steps|trains|fails", cell):
                 assert cited, f"a number without its row: {cell!r} in {line!r}"
             assert set(cited) <= ids, f"unknown row in {cell!r}"
 

@@ -21,7 +21,7 @@ def window_figure(results: dict, runs: list[dict], stem: str) -> list[str]:
     placements = sorted({p for p, _ in curves})
     depths = sorted({d for _, d in curves})
     lrs = sorted({lr for c in curves.values() for lr in c})
-    fig, axes = plotting.figure(ncols=len(placements), width=2.2 + 0.5 * len(lrs), height=0.9 + 0.5 * len(depths))
+    fig, axes = plotting.figure(ncols=len(placements), width=2.2 + 0.5 * len(lrs), height=1.8 + 0.5 * len(depths))
     cmap = ListedColormap(list(OUTCOME_COLORS.values()))
     for ax, placement in zip(axes, placements, strict=True):
         grid = np.full((len(depths), len(lrs)), np.nan)
@@ -41,13 +41,17 @@ def window_figure(results: dict, runs: list[dict], stem: str) -> list[str]:
         ax.set_yticks(range(len(depths)), [str(d) for d in depths], fontsize=7)
         ax.set(xlabel="peak lr (no warmup)", ylabel="layers", title=placement)
     handles = [Patch(color=color, label=name) for name, color in OUTCOME_COLORS.items()]
-    fig.legend(handles=handles, fontsize=6, loc="upper right", ncols=len(handles))
     fig.suptitle(
         "lr window per placement and depth (cf. Wortsman et al. 2023's final loss vs lr); outcome judged from the "
-        "stored validation curve (majority of seeds), the first seed's final valid nll written in (k/n: seeds trained)",
+        "stored validation curve\n(majority of seeds), first seed's final valid nll written in (k/n seeds trained)",
         fontsize=8,
     )
-    return plotting.save(fig, stem)
+    paths = plotting.save(fig, stem)  # tight_layout first, then the legend in the space it leaves below
+    fig.subplots_adjust(bottom=0.32)
+    fig.legend(handles=handles, fontsize=6, loc="lower center", ncols=len(handles))
+    fig.savefig(paths[0], dpi=130)
+    fig.savefig(paths[1])
+    return paths
 
 
 def dose_figure(results: dict, runs: list[dict], stem: str) -> list[str]:
@@ -69,7 +73,9 @@ def dose_figure(results: dict, runs: list[dict], stem: str) -> list[str]:
                         ys.append(r["final_valid_nll"])
             ax.plot(xs, ys, "o-", color=plotting.color(placement), label=f"{placement}, lr {cells.lr_text(lr)}")
     plotting.mark_unigram(ax, results)
+    horizons = sorted({w / s["horizon"] for arms in cells.dose(runs, results).values() for w in arms})
     ax.set(xlabel="warmup length / H (H = 1/(1 - b2))", ylabel="final valid nll", xscale="symlog")
+    ax.set_xticks(horizons, [f"{h:g}" for h in horizons])
     ax.set_title(f"warmup dose-response at {s['dose_depth']} layers (x: failed seed)", fontsize=8)
     plotting.legend_outside(ax, fontsize=6)
     return plotting.save(fig, stem)
@@ -82,16 +88,16 @@ def sharpness_figure(results: dict, stem: str) -> list[str]:
     for a in arms:
         p = a["probes"]
         style = dict(color=plotting.color(a["placement"]), ls="-" if a["warmup"] else "--")
-        steps = [t for t, v in zip(p["step"], p["sharpness"], strict=True) if v is not None]
-        values = [abs(v) for v in p["sharpness"] if v is not None]
+        kept = [(t, v) for t, v in zip(p["step"], p["sharpness"], strict=True) if v is not None and v > 0]
+        steps, values = [t for t, _ in kept], [v for _, v in kept]  # a log axis: lambda_max <= 0 is left out
         ax.plot(steps, values, marker=".", label=f"{a['placement']}, warmup {a['warmup']}, seed {a['seed']}", **style)
         th = [(t, v) for t, v in zip(p["step"], p["threshold"], strict=True) if v is not None]
         if th:
             ax.plot(*zip(*th, strict=True), color=style["color"], lw=0.6, ls=":")
     ax.set(xlabel="step", ylabel=r"$\lambda_{max}(P^{-1}H)$", yscale="log")
     ax.set_title(
-        "preconditioned sharpness vs the adaptive edge (2 + 2 b1)/((1 - b1) lr_t) (dotted), cf. Kalra & Barkeshli "
-        "2024 Fig. 1",
+        "Adam-preconditioned sharpness (dashed: no warmup) vs the adaptive edge\n(2 + 2 b1)/((1 - b1) lr_t) (dotted), "
+        "cf. Kalra & Barkeshli 2024; Cohen et al. 2022",
         fontsize=7,
     )
     plotting.legend_outside(ax, fontsize=6)

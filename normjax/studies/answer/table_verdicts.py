@@ -103,6 +103,30 @@ def depth_table(runs: list[dict], results: dict, depth: int) -> list[str]:
     return out + [""]
 
 
+def depth_to_failure(runs: list[dict]) -> list[str]:
+    """Per placement and lr (no warmup): the deepest depth that trains before the first depth that does not."""
+    curves = cells.window(runs)
+    placements, depths = sorted({p for p, _ in curves}), sorted({d for _, d in curves})
+    lrs = sorted({lr for c in curves.values() for lr in c})
+    out = [
+        f"**Depth to failure** (no warmup; depths tried: {', '.join(map(str, depths))})",
+        "",
+        "| placement | " + " | ".join(f"lr {cells.lr_text(lr)}" for lr in lrs) + " |",
+        "|---|" + "---|" * len(lrs),
+    ]
+    for placement in placements:
+        row = []
+        for lr in lrs:
+            cell = [(d, curves[(placement, d)].get(lr, [])) for d in depths if curves.get((placement, d), {}).get(lr)]
+            fails = [d for d, rows in cell if cells.cell_label(rows) != "trained"]
+            trains = [d for d, rows in cell if d < min(fails, default=math.inf)]
+            text = (f"trains to {trains[-1]}" if trains else "fails at all") + (f", fails at {fails[0]}" if fails and
+                                                                                trains else "")  # fmt: skip
+            row.append(f"{text if cell else 'not run'} {_refs(sum((rows for _, rows in cell), []))}")
+        out.append(f"| {placement} | " + " | ".join(row) + " |")
+    return out + [""]
+
+
 def intervention_table(runs: list[dict], results: dict) -> list[str]:
     s = results["setup"]
     out = [
@@ -173,4 +197,5 @@ def answer_section(results: dict) -> list[str]:
     ]
     for depth in sorted({d for _, d in cells.window(runs)}):
         out += depth_table(runs, results, depth)
+    out += depth_to_failure(runs)
     return out + intervention_table(runs, results) + sharpness_table(results) + row_ids(runs, results)
