@@ -290,3 +290,14 @@ def test_results_json_lists_only_figures_that_exist_and_records_provenance(tmp_p
     provenance = saved["provenance"]
     assert provenance["preset"] == "quick" and provenance["overrides"] == {"train.num_steps": 7}
     assert {"python", "jax", "flax", "numpy"} <= set(provenance["versions"])
+
+
+def test_a_study_lead_section_comes_before_the_claim_tables(tmp_path, monkeypatch):
+    """Study.lead (the answer to the report's title) is shown first, built from that study's results."""
+    lead = lambda results: [f"| depth | pick |", "|---|---|", f"| 6 | {results['winner']} |"]  # noqa: F541
+    fake = studies.Study("delta", types.ModuleType("d"), types.ModuleType("d"), lambda r: [], claims=(), lead=lead)
+    monkeypatch.setitem(studies.BY_NAME, "delta", fake)
+    _study(tmp_path, "delta", [], results={"winner": "pre"})
+    text = _report(tmp_path)
+    assert text.index("## Where should the norm sit? (from delta") < text.index("## Summary")
+    assert "| 6 | pre |" in text.split("## Summary")[0]

@@ -308,6 +308,18 @@ def study_section(name: str, saved: dict, workdir: str = "") -> list[str]:
     return lines
 
 
+def lead_sections(studies: dict[str, dict]) -> list[str]:
+    """The sections studies put before the claim tables (Study.lead: the answer to the report's title), each
+    headed by the study it comes from."""
+    lines = []
+    for name, saved in studies.items():
+        study = BY_NAME.get(name)
+        if study is not None and study.lead is not None:
+            lines += [f"## Where should the norm sit? (from {name}; details in its section below)", ""]
+            lines += study.lead(saved["results"]) + [""]
+    return lines
+
+
 def build_report(workdir: str, wall_time_s: float | None = None) -> str:
     """Writes WORKDIR/REPORT.md and returns its path. The header's wall time is the sum of the studies' own
     (each with its sweep's runs, summed over the sweep's parallel workers: more than the elapsed time when they
@@ -337,6 +349,7 @@ def build_report(workdir: str, wall_time_s: float | None = None) -> str:
         f"some inconclusive -> {INCONCLUSIVE}. '{CONSTRUCTION}' rows check how the code is written and are not "
         "counted as findings.",
         "",
+        *lead_sections(studies),
         "## Summary",
         "",
         *summary_table(rows, verdicts),

@@ -24,6 +24,8 @@ class Study:
     claims: the claim ids (normjax.report.CLAIMS) whose rows this study's rules give.
     tables: `tables(results) -> [markdown lines]` shown in the study's report section (the verdicts module's
       `tables`, e.g. warmup_ablation's answer table), or None.
+    lead: `lead(results) -> [markdown lines]` shown first in REPORT.md, before the claim tables (the verdicts
+      module's `lead`: the answer to the report's title), or None.
     in_report: run by scripts/reproduce.sh and judged in REPORT.md.
     training: the memory check counts optimizer state (the study trains models).
     """
@@ -36,6 +38,7 @@ class Study:
     rules_doc: str = ""
     claims: tuple[str, ...] = ()
     tables: Callable | None = None
+    lead: Callable | None = None
     in_report: bool = True
     training: bool = False
     figures: ModuleType | None = None
@@ -60,5 +63,5 @@ def study(name: str, measure: ModuleType, config: ModuleType, verdicts: ModuleTy
         return Study(name, measure, config, in_report=False, **kw)
     doc = (verdicts.__doc__ or "").strip().splitlines()[0]
     thresholds = dict(getattr(verdicts, "THRESHOLDS", {}))
-    tables = getattr(verdicts, "tables", None)
-    return Study(name, measure, config, verdicts.verdicts, thresholds, doc, tables=tables, **kw)
+    tables, lead = getattr(verdicts, "tables", None), getattr(verdicts, "lead", None)
+    return Study(name, measure, config, verdicts.verdicts, thresholds, doc, tables=tables, lead=lead, **kw)
