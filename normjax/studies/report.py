@@ -347,7 +347,11 @@ def build_report(workdir: str, wall_time_s: float | None = None) -> str:
         "(straddling); a claim's verdict combines its checks across studies: all supported -> holds, some "
         f"supported and some contradicted -> partly holds, none supported -> does not hold, none contradicted but "
         f"some inconclusive -> {INCONCLUSIVE}. '{CONSTRUCTION}' rows check how the code is written and are not "
-        "counted as findings.",
+        "counted as findings. Every claim carries its scope (the paper in its setting, the paper outside it and "
+        "on which axes, a folk claim of the seed notes, a library default): 'does not hold' is kept for a "
+        f"contradiction in the claim's own setting; outside it the claim reads '{NOT_REPRODUCED}'. Outcomes of "
+        "training runs (diverged, stalled at the unigram plateau, slow: still falling, trained) are judged from "
+        "each run's stored validation curve when this report is built.",
         "",
         *lead_sections(studies),
         "## Summary",
