@@ -1,6 +1,9 @@
 """The training loop: one run, or runs sharing shapes in lockstep with one vmapped step."""
 
+import dataclasses
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -120,6 +123,40 @@ def run_steps(state, step_fn, start: int, stop: int, on_step=None, name: str = "
         if on_step is not None and on_step(step, state, out):
             break
     return state, step
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """A measurement taken while training: `fn(state, batch) -> dict` on the state after 0, `every`, 2 `every`, ...
+    updates and after the last one (`batch`: the batch of the next update, or of the last one at the end)."""
+
+    every: int
+    fn: Callable[[Any, dict], dict]
+
+
+def train_probed(spec, state, batch_at: Callable[[int], dict], num_steps: int, probes=(), check_every: int = 1):
+    """The studies' trainer: `num_steps` updates by the shared compiled train step (job.compiled) in run_steps,
+    each Probe's fn at its steps; stops at the first divergence check (every `check_every` updates) after the
+    engine flags a divergence.
+
+    Returns:
+      (the last state, the per-update metrics read to the host, per probe a list of (step, fn's dict)).
+    """
+    train, metrics, measured = compiled().train, [], [[] for _ in probes]
+
+    def measure(done: int, state) -> None:
+        for probe, out in zip(probes, measured, strict=True):
+            if done % probe.every == 0 or done == num_steps:
+                out.append((done, probe.fn(state, batch_at(min(done, num_steps - 1)))))
+
+    def on_step(done, state, m):
+        metrics.append(m)
+        measure(done, state)
+        return done % check_every == 0 and int(state.diverged_at) >= 0
+
+    measure(0, state)
+    state, _ = run_steps(state, lambda state, t: train(spec, state, batch_at(t)), 0, num_steps, on_step)
+    return state, jax.device_get(metrics), measured
 
 
 def _train(jobs: list[Job], progress: bool, desc: str, position: int, vmapped: bool = False) -> list[dict]:

@@ -15,7 +15,7 @@ import normjax
 from normjax import jacobian
 from normjax import train as nt
 from normjax.studies.byte_lm import data, hparams, model_config
-from normjax.train.loop import run_steps
+from normjax.train.loop import Probe, train_probed
 
 STACK = "decoder"
 
@@ -35,11 +35,6 @@ def held_out_batches(config) -> list[dict]:
 def probe_steps(config) -> list[int]:
     """0, probe_every, 2 probe_every, ... and the last step (the state after that many updates)."""
     return sorted(set(range(0, config.num_steps, config.probe_every)) | {config.num_steps})
-
-
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=1)
-def _train_step(spec, state, batch):
-    return nt.train_step(spec, state, batch)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -97,27 +92,17 @@ def train_run(config, run: str, seed: int) -> dict:
     optimizer = nt.OptimizerSpec(config.optimizer, b1=config.b1, b2=config.b2, eps=config.eps)
     spec = nt.StepSpec(nnx.graphdef(model), "lm", "constant", optimizer)
     hp = hparams(config, cfg.vocab_size, config.lr, config.warmup, config.num_steps)
-    start, when = time.time(), set(probe_steps(config))
+    start = time.time()
     dev_init = block_dev(model, jac_tokens)
     state = nt.init_state(spec, model, seed, hp)
-    probes, losses = {"step": [], "layer_grad_norm": [], "ffn_grad_norm": [], "angular": []}, []
-
-    def record(t, state):
-        probes["step"].append(t)
-        for key, value in _probe(spec, state, held_out).items():
-            probes[key].append(value)
-
-    def step_fn(state, t):
-        return _train_step(spec, state, batches.batch(t))
-
-    def on_step(done, state, metrics):
-        losses.append(float(metrics["loss"]))
-        if done in when:
-            record(done, state)
-        return done % config.divergence_check_every == 0 and int(state.diverged_at) >= 0
-
-    record(0, state)
-    state, done = run_steps(state, step_fn, 0, config.num_steps, on_step)
+    probe = Probe(config.probe_every, lambda state, batch: _probe(spec, state, held_out))
+    state, metrics, (measured,) = train_probed(
+        spec, state, batches.batch, config.num_steps, [probe], config.divergence_check_every
+    )
+    probes = {"step": [t for t, _ in measured]} | {
+        key: [m[key] for _, m in measured] for key in ("layer_grad_norm", "ffn_grad_norm", "angular")
+    }
+    losses = [float(m["loss"]) for m in metrics]
     diverged = int(state.diverged_at)
     trained = nnx.merge(spec.graphdef, state.params, state.consts)
     finite = all(math.isfinite(v) for v in losses)
