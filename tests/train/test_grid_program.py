@@ -121,3 +121,18 @@ def test_a_diverged_run_in_a_group_is_frozen_at_its_divergence_and_cannot_touch_
     assert frozen_at < len(batches)  # updates ran after it diverged: its parameters did not move
     for now, then in zip(jax.tree.leaves(group.params), jax.tree.leaves(params_at), strict=True):
         np.testing.assert_array_equal(np.asarray(now[1]), then)
+
+
+def test_the_probed_trainer_probes_at_its_steps_and_leaves_the_training_alone(tiny):
+    from normjax.train.loop import Probe, run_steps, train_probed
+
+    run = parse(tiny(train__warmup_steps=0))
+    spec, state, batches = _state_and_batches(run, 7)
+    seen = []
+    probe = Probe(3, lambda s, batch: seen.append(int(s.step)) or {"step": int(s.step)})
+    probed, metrics, (measured,) = train_probed(spec, state, batches.__getitem__, 7, [probe])
+    assert [t for t, _ in measured] == [0, 3, 6, 7] and seen == [0, 3, 6, 7] and len(metrics) == 7
+    step = jax.jit(steps.train_step, static_argnums=0)
+    plain, _ = run_steps(state, lambda s, t: step(spec, s, batches[t]), 0, 7)
+    for a, b in zip(jax.tree.leaves(probed.params), jax.tree.leaves(plain.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # the same program on the same inputs
