@@ -4,7 +4,7 @@ from normjax.report import verdict_row
 from normjax.report.rules import Threshold, combine, mean_ci, too_few_seeds
 
 THRESHOLDS = {  # each names its source (normjax.threshold.SOURCES): tests/test_verdicts_seeds.py checks it
-    "GROWTH": Threshold(1.0, "the last layer's ||x||^2/d over the first's: more than 1 is growth")
+    "GROWTH": Threshold(1.0, "the last layer's ||x||^2/d over the first's: more than 1 is growth", source="theory")
 }
 
 
