@@ -142,7 +142,7 @@ def test_a_new_study_is_one_folder_and_one_registry_line(tmp_path, monkeypatch, 
     assert "already done" in capsys.readouterr().out
     assert common.run_cli(main.EXPERIMENT, ["prog", f"--workdir={workdir}", "--config.num_seeds=0"]) == 2
     report = pathlib.Path(build_report(str(workdir))).read_text()
-    assert "| S4 | holds |" in report and "### toy_study" in report
+    assert "| S4 | folk claim | holds |" in report and "### toy_study" in report
     doc = claims_doc.render()
     assert "`toy_study`" in doc and "| `GROWTH` | 1 | theory |" in doc
     assert _study_checks(toy.STUDY) >= 2  # the suite's per-study checks pass on the copy as it is
