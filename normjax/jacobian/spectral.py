@@ -77,17 +77,30 @@ def _top_singular_values(J_MN, k):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _power(fn, args, x_N, v0_N, num_iters, tol):
-    g = functools.partial(fn, args)
-    s, v_N, u_M, steps, res, bad_y = krylov.power(g, x_N, v0_N, num_iters, tol)
-    bound_K, rounding_K = krylov.certify(g, x_N, s[None], u_M[None], v_N[None])
-    return s[None], steps, res / jnp.maximum(s, jnp.finfo(x_N.dtype).tiny), bad_y, bound_K, rounding_K
+    s, v_N, u_M, steps, res, bad_y = krylov.power(functools.partial(fn, args), x_N, v0_N, num_iters, tol)
+    return s[None], steps, res / jnp.maximum(s, jnp.finfo(x_N.dtype).tiny), bad_y, u_M[None], v_N[None]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4, 5))
 def _lanczos(fn, args, x_N, v0_N, k, max_dim, tol):
-    g = functools.partial(fn, args)
-    theta_K, steps, rel, bad_y, (U_KM, V_KN) = krylov.lanczos(g, x_N, v0_N, k, max_dim, tol, vectors=k)
-    return (theta_K, steps, rel, bad_y, *krylov.certify(g, x_N, theta_K[:k], U_KM, V_KN))
+    theta_K, steps, rel, bad_y, (U_KM, V_KN) = krylov.lanczos(
+        functools.partial(fn, args), x_N, v0_N, k, max_dim, tol, vectors=k
+    )
+    return theta_K, steps, rel, bad_y, U_KM, V_KN
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _certify_one(fn, args, x_N, theta, u_M, v_N):
+    bound_1, rounding_1 = krylov.certify(functools.partial(fn, args), x_N, theta[None], u_M[None], v_N[None])
+    return bound_1[0], rounding_1[0]
+
+
+def _certify(conv, theta_K, U_KM, V_KN) -> tuple[float, float]:
+    """(largest bound, largest rounding part) of the triplets by `krylov.certify`, one triplet per call: one
+    compiled program per structure, whatever k and method."""
+    triplets = zip(*(np.asarray(a) for a in (theta_K, U_KM, V_KN)), strict=True)  # host rows: no eager slicing
+    pairs = [_certify_one(conv.fn, conv.args, conv.x_N, *t) for t in triplets]
+    return max(float(b) for b, _ in pairs), max(float(r) for _, r in pairs)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
@@ -242,15 +255,13 @@ def _spectrum(entry, f, x, k, params, *, method, num_iters, tol, key, return_inf
         v0_N = krylov.random_vectors(key, (x_N.size,), x_N.dtype)
         if method == "power":
             iters = DEFAULT_POWER_ITERS if num_iters is None else num_iters
-            theta_K, steps, res, bad_y, bound_K, rounding_K = _power(conv.fn, conv.args, x_N, v0_N, iters, inner_tol)
+            theta_K, steps, res, bad_y, U_KM, V_KN = _power(conv.fn, conv.args, x_N, v0_N, iters, inner_tol)
         else:
             max_dim = min(rank, 2 * k + 60 if num_iters is None else num_iters)
             if max_dim < k:
                 raise ValueError(f"num_iters={num_iters} must be >= k={k} for lanczos.")
             while True:
-                theta_K, steps, res, bad_y, bound_K, rounding_K = _lanczos(
-                    conv.fn, conv.args, x_N, v0_N, k, max_dim, inner_tol
-                )
+                theta_K, steps, res, bad_y, U_KM, V_KN = _lanczos(conv.fn, conv.args, x_N, v0_N, k, max_dim, inner_tol)
                 checks.raise_if_nonfinite("f(x)", bad_y, out_size)
                 # "auto" owns the Krylov dimension: double it until the loop's residual reaches its tol or spans all.
                 if requested != "auto" or num_iters is not None or float(res) <= inner_tol or max_dim == rank:
@@ -258,7 +269,7 @@ def _spectrum(entry, f, x, k, params, *, method, num_iters, tol, key, return_inf
                 max_dim = min(rank, 2 * max_dim)
         checks.raise_if_nonfinite("f(x)", bad_y, out_size)
         s_K = theta_K[:k]
-        bound, rounding = float(jnp.max(bound_K)), float(jnp.max(rounding_K))
+        bound, rounding = _certify(conv, s_K, U_KM, V_KN)
         rel = bound / max(float(theta_K[0]), float(jnp.finfo(x_N.dtype).tiny))
         info = SpectralInfo(method, int(steps), rel, rel <= tol, bound, str(conv.dtype), rounding, float(res))
     checks.check_finite(f"the {info.method} singular values", s_K)

@@ -2,9 +2,12 @@
 
 from collections.abc import Callable, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
-from normjax.jacobian import spectral, traced
+from normjax.jacobian import exact, spectral, traced
 from normjax.probes.model_jacobians import jacobian_summary
 from normjax.probes.model_probes import summarize
 
@@ -96,30 +99,77 @@ def end_to_end_jacobians(
 ) -> dict:
     """Norms of d x_L / d x_l for every l, and the singular values of d x_L / d x_0 (`jacobian_summary`).
 
-    Exact when the Jacobian fits `jacobian.AUTO_EXACT_MAX_ENTRIES` (or method="exact"), else matrix-free with
-    a Hutchinson ||J||_F^2 and the top `top_k` singular values. Each start l is its own composition of L - l
-    blocks, so this compiles up to L programs (normjax models share one: `normjax.stack_fn`).
+    Exact when the Jacobian fits `jacobian.AUTO_EXACT_MAX_ENTRIES` (or method="exact"): every block's Jacobian
+    once (one compile per block structure), their products d x_L / d x_l = J_{L-1} ... J_l in float64 on the
+    host, and their SVDs. Else matrix-free, with a Hutchinson ||J||_F^2 and the top `top_k` singular values;
+    blocks of one structure then run as one program over their stacked arrays, started at l by a traced index
+    (one compile for every l), others as L compositions.
 
     Returns:
       {"spectral": (L,), "frobenius_sq": (L,), "frobenius_sq_stderr": (L,), "io_singular_values": (n,) or
       (top_k,), "exact": bool}, index l meaning d x_L / d x_l.
     """
     xs = streams(blocks, x, params)
+    calls = _calls(blocks, params)
+    size = ravel_pytree(xs[0])[0].size
+    if spectral.resolve_method(method, size, ravel_pytree(xs[-1])[0].size) == "exact":
+        return _exact_products(calls, xs)
+    starts = _one_program(calls, xs) or [compose(blocks, params, l) for l in range(len(calls))]
     rows = []
-    for l in range(len(xs) - 1):
-        f, ps = compose(blocks, params, l)
-        rows.append(
-            jacobian_summary(
-                lambda x, f=f, ps=ps: f(ps, x),
-                xs[l],
-                method=method,
-                num_probes=num_probes,
-                top_k=top_k if l == 0 else None,
-                key=key,
-            )
-        )
+    for l, (f, ps) in enumerate(starts):
+        summary_kw = dict(method=method, num_probes=num_probes, top_k=top_k if l == 0 else None, key=key)
+        # ps as the model of a Call: its arrays are arguments of the program (a closed-over start index could be
+        # inlined into the traced program as a literal, one compile per start).
+        rows.append(jacobian_summary(traced.with_call(ps, lambda ps, x, f=f: f(ps, x)), xs[l], **summary_kw))
+    return _table(rows)
+
+
+def _table(rows: list[dict]) -> dict:
     keys = ("spectral", "frobenius_sq", "frobenius_sq_stderr")
     return {k: np.array([r[k] for r in rows]) for k in keys} | {
         "io_singular_values": rows[0]["singular_values"],
         "exact": rows[0]["exact"],
     }
+
+
+def _exact_products(calls, xs) -> dict:
+    """The exact rows from the blocks' own Jacobians: d x_L / d x_l = J_{L-1} ... J_l (chain rule)."""
+    J_l = [exact.jacobian(f, x_l, params=p) for (f, p), x_l in zip(calls, xs, strict=False)]
+    dtype = J_l[0].dtype
+    P_MN = np.eye(J_l[-1].shape[0])
+    rows = []
+    for J_MN in reversed(J_l):
+        P_MN = P_MN @ np.asarray(J_MN, np.float64)
+        s = np.linalg.svd(P_MN, compute_uv=False)
+        fro = float(np.sum(s**2))
+        rows.append({"spectral": float(s[0]), "frobenius_sq": fro, "frobenius_sq_stderr": 0.0, "exact": True})
+        rows[-1]["singular_values"] = s.astype(dtype)
+    return _table(rows[::-1])
+
+
+def _one_program(calls, xs) -> list | None:
+    """[(f, ps_l)] with one f for every start l when all blocks share one structure (and map x to its own
+    shape): f(ps, x) runs every block over the stacked arrays and keeps block i's output only for i >= start.
+    None when they differ."""
+    convs = [traced.convert(f, x_l, p) for (f, p), x_l in zip(calls, xs, strict=False)]
+    fn = convs[0].fn
+    same = all(c.fn == fn and len(c.args) == len(convs[0].args) for c in convs)
+    if not same or any(c.out_size != c.x_N.size for c in convs):
+        return None
+    if any(jnp.shape(a) != jnp.shape(b) for c in convs for a, b in zip(c.args, convs[0].args, strict=True)):
+        return None
+    stacked = tuple(np.stack(arrays) for arrays in zip(*(c.args for c in convs), strict=True))  # host: no compile
+    x_dtype, unravel = ravel_pytree(xs[0])[0].dtype, convs[0].unravel_x
+
+    def run(ps, x):
+        stacked, start_1 = ps
+        x_N = ravel_pytree(x)[0].astype(fn.dtype)
+
+        def step(x_N, inputs):
+            i, args = inputs
+            return jnp.where(i >= start_1[0], fn(args, x_N), x_N), None
+
+        x_N = jax.lax.scan(step, x_N, (jnp.arange(len(convs)), stacked))[0]
+        return unravel(x_N.astype(x_dtype))
+
+    return [(run, (stacked, np.full((1,), l, np.int32))) for l in range(len(convs))]

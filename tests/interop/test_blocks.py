@@ -5,7 +5,7 @@ import functools
 import numpy as np
 from interop.frameworks import D, T, inputs
 
-from normjax.jacobian import exact
+from normjax.jacobian import exact, spectral
 from normjax.probes import foreign
 from normjax.studies.diagnose import diagnose_blocks, table
 
@@ -52,6 +52,19 @@ def test_end_to_end_jacobians_are_products_of_the_blocks(fw):
     np.testing.assert_allclose(out["spectral"], [S[0], np.linalg.norm(J[1], 2)], rtol=1e-9)
     np.testing.assert_allclose(out["frobenius_sq"], [np.sum(io**2), np.sum(J[1] ** 2)], rtol=1e-9)
     assert out["exact"]
+
+
+def test_matrix_free_end_to_end_jacobians_compile_once_for_every_start(fw):
+    params = [fw.init(seed) for seed in range(3)]
+    closures, x = [functools.partial(fw.apply, p) for p in params], inputs()
+    spectral._hutchinson.clear_cache()
+    out = foreign.end_to_end_jacobians(closures, x, method="lanczos", top_k=4, num_probes=8)
+    assert spectral._hutchinson._cache_size() == 1  # one program for the three starts (was one per start)
+    J = block_jacobians(fw, params, foreign.streams(closures, x))
+    want = [np.linalg.norm(J[2] @ J[1] @ J[0], 2), np.linalg.norm(J[2] @ J[1], 2), np.linalg.norm(J[2], 2)]
+    np.testing.assert_allclose(out["spectral"], want, rtol=1e-8)
+    np.testing.assert_allclose(out["io_singular_values"], np.linalg.svd(J[2] @ J[1] @ J[0], compute_uv=False)[:4])
+    assert not out["exact"]
 
 
 def test_diagnose_table_of_a_foreign_stack(fw):

@@ -43,6 +43,11 @@ def test_bfloat16_blocks_are_analysed_in_float32(fw):
     assert info_e.dtype == "float32" and s_e.dtype == jnp.float32
     assert abs(float(s_e) - S_ref[0]) <= info_e.error_bound  # the exact bound covers bf16's rounding of J
     assert jacobian.jacobian(fw.apply, x, params=params).dtype == jnp.float32
+    for method in ("lanczos", "power"):  # matrix-free too: f's own bfloat16 rounding is part of the bound
+        s, info = jacobian.spectral_norm(fw.apply, x, params=params, method=method, return_info=True)
+        assert info.dtype == "float32" and abs(float(s) - S_ref[0]) <= info.error_bound and info.rounding > 0
+    top, info = jacobian.singular_values(fw.apply, x, 3, params=params, method="lanczos", return_info=True)
+    assert np.all(np.abs(np.asarray(top, np.float64) - S_ref[:3]) <= info.error_bound)
 
 
 def test_mixed_dtypes_work_in_the_wider_or_float32(fw):
@@ -52,8 +57,11 @@ def test_mixed_dtypes_work_in_the_wider_or_float32(fw):
     s, info = jacobian.spectral_norm(fw.apply, x32, params=params, method="lanczos", return_info=True)
     assert info.dtype == "float64" and info.converged and abs(float(s) - S_ref[0]) <= info.error_bound
     f = lambda p, x: fw.apply(p, x.astype(jnp.bfloat16)).astype(jnp.float32)  # mixed precision inside
-    s, info = jacobian.spectral_norm(f, x32, params=cast(params, jnp.bfloat16), method="lanczos", return_info=True)
-    assert info.dtype == "float32" and s.dtype == jnp.float32 and info.converged
+    p16 = cast(params, jnp.bfloat16)
+    S16 = np.linalg.svd(reference_J(fw, p16, x32.astype(jnp.bfloat16)), compute_uv=False)  # the rounded values
+    for method in ("lanczos", "power"):
+        s, info = jacobian.spectral_norm(f, x32, params=p16, method=method, return_info=True)
+        assert info.dtype == "float32" and s.dtype == jnp.float32 and abs(float(s) - S16[0]) <= info.error_bound
 
 
 def live_bytes() -> int:

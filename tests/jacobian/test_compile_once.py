@@ -107,3 +107,24 @@ def test_errors_under_jit_name_the_entry_point_and_its_pure_variant(call, name):
     entry = name.split(".")[1]
     with pytest.raises(TypeError, match=rf"^jacobian\.{entry} is a host-level .* normjax\.jacobian\.{name}\b"):
         jax.jit(call)(jnp.ones(3))
+
+
+def test_an_unjitted_regularizer_gradient_compiles_a_few_programs_once():
+    compiles = []
+
+    def listen(event, _, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    x = jnp.asarray(np.random.default_rng(2).normal(size=(4, 6)))
+    steps = 24  # the Krylov dimension: a loop run step by step would compile about this many programs or more
+    grad = jax.grad(lambda p: jacobian.differentiable_spectral_norm(apply, p, x, num_iters=steps)[0])
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        g = grad(weights(0))
+        first = len(compiles)
+        g2 = grad(weights(1))  # new values, same structure: nothing compiles again
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert first < steps / 2 and len(compiles) == first
+    assert g.keys() == g2.keys() and not np.allclose(g["w1"], g2["w1"])
