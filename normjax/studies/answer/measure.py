@@ -22,9 +22,10 @@ SHARPNESS = "sharpness"
 def sweep_config(config, grids: dict | None = None):
     """The config the sweep engine reads: without the study's own section, with `grids` instead of its own."""
     out = config.copy_and_resolve_references()
-    del out[SIDE]
-    if grids is not None:
-        out.sweep.grids = grids
+    with out.unlocked():  # the CLI locks its config
+        del out[SIDE]
+        if grids is not None:
+            out.sweep.grids = grids
     return out
 
 
