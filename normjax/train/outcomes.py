@@ -51,7 +51,8 @@ THRESHOLDS = {
         "a run ends 'at the unigram plateau level' when its final validation nll is at or above (1 - 0.05) x H, H "
         "the unigram entropy of the training targets (a property of the data): within 5% of what token "
         "frequencies alone give. Fixed before the pilot; checked on pilot seeds 1000-1001 at "
-        "the byte LM of the lr x warmup study at :standard (20 runs: scripts/pilot_outcome_labels.py, its summary committed beside that study's results.json; H = 3.13 nats): the "
+        "the byte LM of the lr x warmup study at :standard (20 runs: scripts/pilot_outcome_labels.py, its "
+        "summary committed beside that study's results.json; H = 3.13 nats): the "
         "runs that never left the plateau end at 1.03-1.06 H, the slow learners (12-layer Post-LN at lr 1e-4) at "
         "0.97-0.98 H, every other run at or below 0.88 H; any band from 0.03 to 0.11 gives the same labels there "
         "(-50%, 0.025, labels the slow learner at 0.973 H 'trained')",
