@@ -26,7 +26,9 @@ from normjax.io import (
     config_diff,
     describe_diff,
     read_checked,
+    note_unverified,
     read_json,
+    refuse_stripped,
     remove_stale_tmp,
     set_aside,
     to_jsonable,
@@ -141,7 +143,10 @@ class StudyDir:
         if not os.path.exists(self.results_path):
             return None
         try:
-            saved = read_json(self.results_path)
+            saved, checked = read_checked(self.results_path)
+            if not checked:  # stripped of its checksum: refused when this code wrote it, else an older normjax's
+                refuse_stripped(self.results_path, saved, self.config["_code"])
+                note_unverified(self.results_path)
         except ChecksumError as e:
             if locked:
                 set_aside(self.results_path, str(e))

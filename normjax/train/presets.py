@@ -1,7 +1,7 @@
 """One training job: synthetic translation (quick) or IWSLT14 De-En at Xiong et al.'s scale (paper).
 
-  python -m experiments.train --config=:quick --workdir=/tmp/run
-  python -m experiments.train --config=:paper --workdir=/tmp/iwslt \
+  python -m normjax.experiments.train --config=:quick --workdir=/tmp/run
+  python -m normjax.experiments.train --config=:paper --workdir=/tmp/iwslt \
       --config.data.path=data/iwslt14.tokenized.de-en --config.model.placement=pre
 """
 

@@ -84,17 +84,31 @@ def test_finished_study_folder_keeps_no_lock_or_partial(tmp_path):
     assert _study(tmp_path)["results"] == {"v": 3} and not CALLS  # still finished
 
 
-def test_results_json_without_checksum_is_read_with_one_note(tmp_path, caplog, monkeypatch):
-    """Decision: a results.json of an older normjax stays readable (unverified, said once)."""
+def test_results_json_stripped_of_its_checksum_is_set_aside_and_recomputed(tmp_path, caplog):
+    """The current code writes every results.json with its checksum: one without it, whose config._code is the
+    current code's, was edited (here: a number changed and the checksum dropped) and is never reused."""
+    _study(tmp_path)
+    path = tmp_path / "toy" / "results.json"
+    _edit(path, lambda c: (c.pop(io.CHECKSUM_KEY), c["results"].update(v=99)))
+    CALLS.clear()
+    with caplog.at_level(logging.WARNING):
+        assert _study(tmp_path)["results"] == {"v": 3}
+    assert CALLS and "has no checksum, but its config._code" in caplog.text
+    assert (tmp_path / "toy" / "results.json.rejected").exists()
+
+
+def test_results_json_of_an_older_normjax_is_read_with_one_note_and_recomputed(tmp_path, caplog, monkeypatch):
+    """An older normjax's results.json (no checksum, other code) is read unverified, said once, and computed
+    again because its code differs."""
     monkeypatch.setattr(io, "_noted_unverified", set())
     _study(tmp_path)
     path = tmp_path / "toy" / "results.json"
-    _edit(path, lambda c: c.pop(io.CHECKSUM_KEY))
+    _edit(path, lambda c: (c.pop(io.CHECKSUM_KEY), c["config"].update(_code="older")))
     CALLS.clear()
     with caplog.at_level(logging.WARNING):
-        _study(tmp_path)
-        _study(tmp_path)
-    assert not CALLS and caplog.text.count("has no checksum (written by an older normjax): read unverified") == 1
+        assert _study(tmp_path)["results"] == {"v": 3}
+    assert CALLS and caplog.text.count("has no checksum (written by an older normjax): read unverified") == 1
+    assert "computed by other code" in caplog.text
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@
       --config.model.placement=post --config.model.num_layers=12
   # and a 30-step probe training at the run's lr, warmup and optimizer (config.data / config.train: the keys of
   # experiments.train, e.g. --config.train.lr=1e-3 --config.train.warmup_steps=0 --config.train.schedule=constant)
-  python -m experiments.diagnose --workdir=results --config.model.num_layers=24 --config.probe_steps=30 \
+  python -m normjax.studies.diagnose --workdir=results --config.model.num_layers=24 --config.probe_steps=30 \
       --config.train.lr=1e-3 --config.train.warmup_steps=0
 """
 

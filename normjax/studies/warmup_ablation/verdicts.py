@@ -355,6 +355,9 @@ def tables(results: dict) -> list[str]:
     return answer_table(judged(results))
 
 
+lead = tables  # the answer table also opens REPORT.md (Study.lead): which placement trains at which depth and lr
+
+
 def verdicts(results: dict) -> list[dict]:
     results = judged(results)
     rows = [warmup_sensitivity(results)] + iwslt_figure(results) + [schedules()]
