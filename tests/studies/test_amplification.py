@@ -52,7 +52,7 @@ def saved(tmp_path_factory):
 def test_results_schema_and_verdicts(saved):
     results = saved["results"]
     assert results["kinds"] == list(KINDS) and results["scopes"] == ["weights", "branch"]
-    assert results["seeds"] == [0, 1, 2] and results["judged"] == ["weights", "random_sign", "logits"]
+    assert results["seeds"] == [0, 1, 2] and results["judged"] == ["weights", "random_sign", "stream"]
     assert len(results["data"]["sha256"]) == 64 and results["data"]["num_bytes"] > 0
     for placement in ("post", "admin_profiled"):
         agg = results["runs"][placement]

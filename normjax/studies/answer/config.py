@@ -1,7 +1,8 @@
 """answer presets: where the norm should sit, per depth, lr and warmup, and why (interventions), on the byte LM.
 
   python -m normjax.studies.answer --config=:quick --workdir=results
-  python -m normjax.studies.answer --config=:standard --workdir=results   (budget below: not run on this CPU)
+  python -m normjax.studies.answer --config=:standard --workdir=results   (the committed report; about 1 hour)
+  python -m normjax.studies.answer --config=:paper --workdir=results      (budget below: for accelerators)
 
 A decoder-only byte LM on the Python stdlib sources (bytes_lm; results.json records the sha256 of the bytes), Adam
 (0.9, 0.95), H = 1/(1 - b2) = 20 steps, every arm under the fair-control schedule (warmup_then_inverse_sqrt with
@@ -25,9 +26,16 @@ quick: d 64, depths 2 and 4, 120 steps, 4 lrs over 1.5 decades (10^-2.5 .. 10^-1
   dose {H, 2H, 4H} (4H = 80 steps: the run is 1.5x the longest warmup, short of the 3x the method asks), one seed
   on the interventions (their rows are not judged at :quick), 3 seeds at the best-lr cells; 46 sweep runs and 4
   sharpness runs, about 3 minutes on the 2 cores.
-standard (budget, not run): d 128 (FFN 256), 600 steps (the dose's 16H = 320 steps is then 1.9x short of the 3x the
-  method asks: :paper should run 1000), 10 placements (post, pre, sandwich, deepnorm, admin, rezero, lns, mhc,
-  hybrid, mixln; the recipes olmo2 and pre+qk_norm are model specs the window grid cannot sweep yet):
+standard (the committed report, CPU-sized): warmup_ablation's S5 cell, where Post-LN fails without warmup and a
+  warmup of 160 steps rescues it (d 128, FFN 256, 6 layers, 600 steps, batch 8 x 64 bytes, lr 10^-2.5; its
+  :standard run: 5/5 seeds stalled without warmup, 3/3 trained with warmup 160): the window of Post-LN, Pre-LN,
+  Sandwich and DeepNorm at 6 layers over 4 lrs (10^-3.5 .. 10^-2), 2 more seeds at the boundary cells and the best
+  lrs, the dose {0, 2H, 8H} for Post-LN and Pre-LN at 3 seeds, the four interventions at 3 seeds (layer-wise
+  warmup over 8H = 160 steps, the global warmup's length), and the sharpness arms over the first 300 steps
+  (the peak that A3 compares lies in the first 160). Depth 12 is warmup_ablation's (its answer table).
+paper (budget, for accelerators): d 128 (FFN 256), 600 steps (the dose's 16H = 320 steps is then 1.9x short of the
+  3x the method asks: a longer run should use 1000), 10 placements (post, pre, sandwich, deepnorm, admin, rezero,
+  lns, mhc, hybrid, mixln; the recipes olmo2 and pre+qk_norm are model specs the window grid cannot sweep yet):
     window     12 x depths {6, 12, 24} x 5 lrs (10^-3.5 .. 10^-1.5) x 1 seed: 60 x 75 + 60 x 150 + 60 x 300 s
                = 31,500 s
     boundary   2 more seeds at the cells on either side of each failure boundary (about 2 per curve, 72 curves,
@@ -40,8 +48,7 @@ standard (budget, not run): d 128 (FFN 256), 600 steps (the dose's 16H = 320 ste
     sharpness  4 arms x depths {6, 12} x 3 seeds, probes every 50 steps (30 Lanczos steps each): ~24 x 250 =
                6,000 s
   about 130,000 s of one core: 18 hours on the 2 cores, beyond one session; on one H200 (the accelerator check's
-  4-10 ms steps) about 1-2 hours. What fits a 2-hour 2-core budget instead: depths {6, 12}, 6 placements, 2 seeds
-  at boundaries (about 36,000 s).
+  4-10 ms steps) about 1-2 hours. :standard is the part of it that decides A1-A5 at the S5 cell.
 """
 
 from __future__ import annotations
@@ -77,8 +84,9 @@ def _byte_lm(config, d_model, d_ff, depth, num_steps, seq_len=64, batch_size=8):
 
 def add_grids(config, placements, depths, lrs, dose_depth, dose_lr, dose_horizons, intervention_lrs,
               intervention_seeds, layer_horizons, seed_count, sharpness_every, sharpness_dim,
-              boundary_seeds=0):  # fmt: skip
-    """The grids of a preset (module docstring) and the study's own section."""
+              boundary_seeds=0, sharpness_steps=0):  # fmt: skip
+    """The grids of a preset (module docstring) and the study's own section (`sharpness_steps`: how long the
+    sharpness arms train, 0 = the whole run)."""
     h = horizon(config.train.b2)
     warmups = [k * h for k in dose_horizons]
     config.train.decay_start = max(warmups)  # the fair control: every arm decays from the same step
@@ -104,7 +112,7 @@ def add_grids(config, placements, depths, lrs, dose_depth, dose_lr, dose_horizon
         {"num_seeds": seed_count, "reference": "pre", "dose_depth": dose_depth, "dose_lr": dose_lr,
          "layer_warmup": layer_horizons * h, "sharpness_every": sharpness_every, "sharpness_dim": sharpness_dim,
          "sharpness_warmup": layer_horizons * h, "sharpness_seeds": intervention_seeds,
-         "boundary_seeds": boundary_seeds}
+         "boundary_seeds": boundary_seeds, "sharpness_steps": sharpness_steps or config.train.num_steps}
     )  # fmt: skip
     return config
 
@@ -121,6 +129,16 @@ def quick_scale():
 def standard_scale():
     config = _byte_lm(default_config(), d_model=128, d_ff=256, depth=6, num_steps=600)
     return add_grids(
+        config, placements=("post", "pre", "sandwich", "deepnorm"), depths=(6,),
+        lrs=[10 ** (k / 2) for k in range(-7, -3)], dose_depth=6, dose_lr=10**-2.5, dose_horizons=(2, 8),
+        intervention_lrs=[10**-2.5], intervention_seeds=3, layer_horizons=8, seed_count=3, sharpness_every=40,
+        sharpness_dim=16, boundary_seeds=2, sharpness_steps=300,
+    )  # fmt: skip
+
+
+def paper_scale():
+    config = _byte_lm(default_config(), d_model=128, d_ff=256, depth=6, num_steps=600)
+    return add_grids(
         config, placements=("post", "pre", "sandwich", "deepnorm", "admin", "rezero", "lns", "mhc", "hybrid",
                             "mixln"),
         depths=(6, 12, 24), lrs=[10 ** (k / 2) for k in range(-7, -2)], dose_depth=6, dose_lr=10**-2.5,
@@ -130,7 +148,7 @@ def standard_scale():
 
 
 def get_config(arg: str = "quick"):
-    presets = {"quick": quick_scale, "standard": standard_scale}
+    presets = {"quick": quick_scale, "standard": standard_scale, "paper": paper_scale}
     if arg not in presets:
         raise ValueError(f"unknown preset {arg!r}; valid: {', '.join(presets)}")
     return presets[arg]()

@@ -117,7 +117,7 @@ def sharpness_runs(config) -> list[train.SweepRun]:
     grid = {
         SHARPNESS: sweep_axes(
             {"model.placement": list(MAIN), "model.num_layers": [side.dose_depth], "train.lr": [side.dose_lr],
-             "train.warmup_steps": [0, side.sharpness_warmup],
+             "train.warmup_steps": [0, side.sharpness_warmup], "train.num_steps": [side.sharpness_steps],
              "train.seed": [config.train.seed + k for k in range(side.sharpness_seeds)]}
         )
     }  # fmt: skip

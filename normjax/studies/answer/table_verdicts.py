@@ -82,16 +82,18 @@ def depth_table(runs: list[dict], results: dict, depth: int) -> list[str]:
             warm, warm_rows = _warmup_needed(dose[placement], s["dose_lr"], s["horizon"])
         else:
             warm, warm_rows = "not measured", []
+        tried = sum(curve.values(), [])  # the curve's runs: cited where no seed at the best lr trains
         out.append(
-            f"| {placement} | {window} {_refs(sum(curve.values(), []))} | "
-            f"{cells.lr_text(best[0]['lr']) if best else '-'} {_refs(best[:1])} | {nll} {_refs(best)} | "
+            f"| {placement} | {window} {_refs(tried)} | "
+            f"{cells.lr_text(best[0]['lr']) if best else '-'} {_refs(best[:1])} | {nll} {_refs(best or tried)} | "
             f"{diff_text} {_refs(best + ref_rows) if diff_text != '-' else _refs(ref_rows)} | "
             f"{warm} {_refs(warm_rows)} |"
         )
     choice, tied = recommend(summary)
     out.append("")
     if choice is None:
-        out.append(f"Recommended at {depth} layers: none (no placement trains at any lr tried).")
+        tried = sum((r for c in curves.values() for r in c.values()), [])
+        out.append(f"Recommended at {depth} layers: none (no placement trains at any lr tried {_refs(tried)}).")
     else:
         best = min(tied, key=lambda p: summary[p]["nll"])
         out.append(
