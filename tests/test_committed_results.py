@@ -53,11 +53,21 @@ def test_the_readme_names_the_claims_of_each_verdict_as_the_report_gives_them():
     listed: dict = {}
     for words, claims in LISTING.findall(section):
         listed.setdefault(README_VERDICTS[words], set()).update(re.findall(r"\b[A-Z]\d+\b", claims))
-    summary = (RESULTS / "REPORT.md").read_text().split("## Summary")[1].split("\n## ")[0]
+    summary = (RESULTS / "REPORT.md").read_text().split("## Summary")[1].split("\n## ")[0]  # claim | scope | verdict
     report: dict = {}
     for claim, verdict in re.findall(
-        r"^\| ([A-Z]\d+) \| (?:\*\*)?([a-z ]+?)(?:\*\*)?(?: \(\*.*?\*\))? \|", summary, re.M
+        r"^\| ([A-Z]\d+) \| [^|]+ \| (?:\*\*)?([a-z ]+?)(?:\*\*)?(?: \(\*.*?\*\))? \|", summary, re.M
     ):
         if verdict in README_VERDICTS.values():
             report.setdefault(verdict, set()).add(claim)
     assert listed == report
+
+
+def test_the_readme_answer_rows_are_the_reports():
+    """README's answer table is copied from REPORT.md's answer tables: every row between its markers is a line of
+    the committed report, so a rerun that changes the answer fails here until the README shows it."""
+    readme = (RESULTS.parents[1] / "README.md").read_text()
+    block = readme.split("<!-- answer rows: copied from docs/results/REPORT.md -->")[1].split("<!-- end answer rows")[0]
+    rows = [line for line in block.splitlines() if line.startswith("|")]
+    report = set((RESULTS / "REPORT.md").read_text().splitlines())
+    assert len(rows) >= 4 and not [row for row in rows if row not in report]
