@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduce the study at the quick preset (CPU, minutes) and build the report: scripts/reproduce.sh [WORKDIR]
 # Rerunning after an interruption resumes: finished experiments are skipped, unfinished ones reuse
-# their cached pieces. PRESET=standard is the committed report (about 4 hours on 2 cores, 2.7 of them the
+# their cached pieces. PRESET=standard is the committed report (about 4.7 hours on 2 cores, 2.7 of them the
 # warmup study); PRESET=paper the papers' scale (accelerators).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -41,8 +41,9 @@ README_VERDICTS = {  # the README's wording of each verdict but holds -> the rep
     "do not hold": "does not hold",
     "inconclusive": "inconclusive at this scale",
     "not testable": "not testable at this scale",
+    "not reproduced": "not reproduced at this scale",
 }
-LISTING = re.compile(r"\d+ (?:is |are )?(partly hold|do not hold|inconclusive|not testable)[^(]*\(([^)]*)\)")
+LISTING = re.compile(r"\d+ (?:is |are )?(partly hold|do not hold|inconclusive|not testable|not reproduced)[^(]*\(([^)]*)\)")
 
 
 def test_the_readme_names_the_claims_of_each_verdict_as_the_report_gives_them():

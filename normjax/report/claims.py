@@ -75,7 +75,8 @@ _CLAIMS = (
           "Pre-LN's residual stream grows with depth (at init and in training), so the head needs a final norm."),
     Claim("S5", "Post-LN needs warmup; Pre-LN tolerates larger lr and short or no warmup", FOLKLORE,
           "Without warmup Post-LN fails (diverges or stalls at the unigram level) at learning rates Pre-LN trains "
-          "at; Pre-LN tolerates larger learning rates and short or no warmup."),
+          "at; Pre-LN tolerates larger learning rates and short or no warmup. Why warmup rescues Post-LN is tested "
+          "by intervention in A1-A4 (Adam's early preconditioner: A1, A3, A4; the top of the stack: A2)."),
     Claim("S6", "Pre-LN and Post-LN cost the same time and memory per step", FOLKLORE,
           "A Pre-LN and a Post-LN step of the same model cost the same time and memory.",
           machine_dependent="CPU time on a shared machine: it can differ on another machine or under other load"),
@@ -127,7 +128,8 @@ _CLAIMS = (
           "Post-LN and stays small and nearly flat for DeepNorm."),
     Claim("D3", "Post-LN without warmup: exploding update, LN inputs grow >> sqrt(d), gradients vanish", DEEPNET,
           "Post-LN fails without warmup by a chain: an exploding first update, then LN inputs >> sqrt(d), then "
-          "gradients vanishing through the LNs."),
+          "gradients vanishing through the LNs. A2 (warmup of the top or the bottom half only) and A1/A4 (the "
+          "first updates' size set by Adam's preconditioner) test where and through what the chain starts."),
     Claim("R1", "ReZero: input-output Jacobian exactly I at init; only alpha gets a gradient at step 0",
           "Bachlechner et al. 2020, ReZero is All You Need (arXiv 2003.04887)", "With alpha = 0 the input-output "
           "Jacobian is exactly I and only alpha gets a gradient at step 0 (a check of this code)."),
