@@ -43,7 +43,8 @@ README_VERDICTS = {  # the README's wording of each verdict but holds -> the rep
     "not testable": "not testable at this scale",
     "not reproduced": "not reproduced at this scale",
 }
-LISTING = re.compile(r"\d+ (?:is |are )?(partly hold|do not hold|inconclusive|not testable|not reproduced)[^(]*\(([^)]*)\)")
+VERDICT_WORDS = "partly hold|do not hold|inconclusive|not testable|not reproduced"
+LISTING = re.compile(rf"\d+ (?:is |are )?({VERDICT_WORDS})[^(]*\(([^)]*)\)")
 
 
 def test_the_readme_names_the_claims_of_each_verdict_as_the_report_gives_them():
