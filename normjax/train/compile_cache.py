@@ -1,4 +1,4 @@
-"""XLA programs built: JAX's persistent compilation cache on by default, and a count of compiles from JAX's log."""
+"""XLA programs built: JAX's persistent compilation cache (on by default on accelerators), and a compile count."""
 
 import collections
 import contextlib
@@ -8,16 +8,23 @@ import os
 import jax
 from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
-CACHE_ENV = "NORMJAX_COMPILATION_CACHE"  # a folder, or "off"; unset: ~/.cache/normjax/xla (XDG_CACHE_HOME respected)
+CACHE_ENV = "NORMJAX_COMPILATION_CACHE"  # a folder, or "off"; unset: ~/.cache/normjax/xla on accelerators, off on CPU
 _COMPILE_LOGGER = "jax._src.interpreters.pxla"  # the logger of jax.log_compiles' "Compiling <name> ..." lines
+# On the CPU the cache is opt-in: with jax/jaxlib 0.10.2 our test suite's processes crashed three times inside
+# XLA while the cache was in use (SIGABRT and SIGSEGV in deserialize_executable reading an entry, SIGSEGV in
+# backend_compile_and_load; 2026-12-05/06), and CPU compiles take seconds, which the cache saves little of.
+OPT_IN_BACKENDS = ("cpu",)
 
 
-def default_cache_dir() -> str | None:
-    """The folder for JAX's persistent compilation cache: $NORMJAX_COMPILATION_CACHE (None for "off"), else
-    $XDG_CACHE_HOME/normjax/xla or ~/.cache/normjax/xla."""
+def default_cache_dir(backend: str | None = None) -> str | None:
+    """The folder for JAX's persistent compilation cache: $NORMJAX_COMPILATION_CACHE (None for "off"); unset,
+    None on the CPU (opt-in there, see OPT_IN_BACKENDS) and $XDG_CACHE_HOME/normjax/xla or ~/.cache/normjax/xla
+    on an accelerator. `backend`: jax.default_backend() when None."""
     chosen = os.environ.get(CACHE_ENV)
     if chosen is not None:
         return None if chosen.lower() in ("off", "") else chosen
+    if (backend or jax.default_backend()) in OPT_IN_BACKENDS:
+        return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "normjax", "xla")
 
@@ -25,7 +32,8 @@ def default_cache_dir() -> str | None:
 def enable_compilation_cache(folder: str | None = None) -> str | None:
     """Turns on JAX's persistent compilation cache (a program compiled by an earlier process of the same jax,
     backend and flags is read back instead of compiled), unless one is set already (jax.config or
-    JAX_COMPILATION_CACHE_DIR: that setting is respected) or NORMJAX_COMPILATION_CACHE is "off".
+    JAX_COMPILATION_CACHE_DIR: that setting is respected), NORMJAX_COMPILATION_CACHE is "off", or the backend is
+    the CPU and NORMJAX_COMPILATION_CACHE names no folder (default_cache_dir).
 
     Args:
       folder: the cache folder; None: default_cache_dir().

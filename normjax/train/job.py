@@ -29,7 +29,7 @@ from normjax.train.tasks import Task, load_task, unigram_nll
 def compiled() -> types.SimpleNamespace:
     """The jitted steps, shared by every run in this process: a sweep compiles once per shape.
 
-    Turns on JAX's persistent compilation cache first (compile_cache: a later process reads these programs back).
+    Turns on JAX's persistent compilation cache first where it is on (compile_cache: accelerators, or opt-in).
     The train steps donate their state (no second copy of params and optimizer state) on accelerators
     only: on the CPU, donation made the sweep benchmark's step 28-29 ms instead of 22 (benchmarks/README.md).
     """

@@ -1,4 +1,5 @@
-"""JAX's persistent compilation cache: on by default, an existing setting respected, "off" honoured."""
+"""JAX's persistent compilation cache: on by default on accelerators, opt-in on the CPU, an existing setting
+respected, "off" honoured."""
 
 import jax
 import pytest
@@ -18,7 +19,9 @@ def no_cache_setting(monkeypatch):
 def test_the_cache_goes_to_the_user_cache_unless_told_otherwise(no_cache_setting, tmp_path):
     no_cache_setting.delenv(compile_cache.CACHE_ENV, raising=False)
     no_cache_setting.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert compile_cache.default_cache_dir() == str(tmp_path / "xdg" / "normjax" / "xla")
+    assert compile_cache.default_cache_dir("gpu") == str(tmp_path / "xdg" / "normjax" / "xla")
+    assert compile_cache.default_cache_dir("cpu") is None  # opt-in on the CPU (compile_cache.OPT_IN_BACKENDS)
+    assert compile_cache.enable_compilation_cache() is None and jax.config.jax_compilation_cache_dir is None
     no_cache_setting.setenv(compile_cache.CACHE_ENV, "off")
     assert compile_cache.enable_compilation_cache() is None and jax.config.jax_compilation_cache_dir is None
     no_cache_setting.setenv(compile_cache.CACHE_ENV, str(tmp_path / "mine"))
