@@ -4,6 +4,14 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+if "NORMJAX_COMPILATION_CACHE" not in os.environ:  # the controller: one fresh persistent XLA cache for this session
+    import atexit
+    import shutil
+    import tempfile
+
+    _cache = tempfile.mkdtemp(prefix="normjax-test-xla-")  # xdist workers and subprocesses inherit the variable
+    os.environ["NORMJAX_COMPILATION_CACHE"] = _cache  # opt-in on the CPU (compile_cache): compiles shared by the
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)  # suite's processes, never a long-lived cache
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
