@@ -114,7 +114,7 @@ def add_grids(config, placements, depths, lrs, dose_depth, dose_lr, dose_horizon
         {"num_seeds": seed_count, "reference": "pre", "dose_depth": dose_depth, "dose_lr": dose_lr,
          "layer_warmup": layer_horizons * h, "sharpness_every": sharpness_every, "sharpness_dim": sharpness_dim,
          "sharpness_warmup": layer_horizons * h, "sharpness_seeds": intervention_seeds,
-         "boundary_seeds": boundary_seeds, "sharpness_steps": sharpness_steps or config.train.num_steps}
+         "boundary_seeds": boundary_seeds, "sharpness_steps": sharpness_steps}
     )  # fmt: skip
     return config
 

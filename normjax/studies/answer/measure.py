@@ -114,10 +114,11 @@ def quality_grids(best: dict, seeds: list[int]) -> dict:
 
 def sharpness_runs(config) -> list[train.SweepRun]:
     side = config[SIDE]
+    steps = side.sharpness_steps or config.train.num_steps  # 0: the run's length, read after any flag override
     grid = {
         SHARPNESS: sweep_axes(
             {"model.placement": list(MAIN), "model.num_layers": [side.dose_depth], "train.lr": [side.dose_lr],
-             "train.warmup_steps": [0, side.sharpness_warmup], "train.num_steps": [side.sharpness_steps],
+             "train.warmup_steps": [0, side.sharpness_warmup], "train.num_steps": [steps],
              "train.seed": [config.train.seed + k for k in range(side.sharpness_seeds)]}
         )
     }  # fmt: skip
