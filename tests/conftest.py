@@ -1,5 +1,6 @@
 """Shared pytest setup: CPU only, quiet logs."""
 
+import gc
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -9,9 +10,9 @@ if "NORMJAX_COMPILATION_CACHE" not in os.environ:  # the controller: one fresh p
     import shutil
     import tempfile
 
-    _cache = tempfile.mkdtemp(prefix="normjax-test-xla-")  # xdist workers and subprocesses inherit the variable
-    os.environ["NORMJAX_COMPILATION_CACHE"] = _cache  # opt-in on the CPU (compile_cache): compiles shared by the
-    atexit.register(shutil.rmtree, _cache, ignore_errors=True)  # suite's processes, never a long-lived cache
+    _cache = tempfile.mkdtemp(prefix="normjax-test-xla-")
+    os.environ["NORMJAX_COMPILATION_CACHE"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -23,3 +24,13 @@ def x64():
     """Run the test with 64-bit floats enabled; yields jnp.float64."""
     with jax.enable_x64(True):
         yield jnp.float64
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Drops JAX's compiled programs after each test module. A long-lived xdist worker otherwise keeps every
+    program it compiled: each holds memory maps for its code, and after several hundred tests a worker neared
+    the kernel's vm.max_map_count (65530) and segfaulted inside XLA's compiler (maps measured per test)."""
+    yield
+    jax.clear_caches()
+    gc.collect()

@@ -15,7 +15,9 @@ import functools
 import glob
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 import tqdm.std
@@ -25,7 +27,7 @@ from ml_collections import config_flags
 from normjax import host_memory, studies
 from normjax.io import config_diff
 from normjax.studies import runner, schema
-from normjax.train import cli, memory
+from normjax.train import cli, loop, memory
 from normjax.train.checkpoint import MANIFEST
 from normjax.train.config_io import ConfigError
 
@@ -223,6 +225,31 @@ def kept(exp: Experiment, workdir: str) -> str:
     return f"{len(runs)} finished runs in {folder} and the newest checkpoints of the others"
 
 
+@contextlib.contextmanager
+def ctrl_c_kept():
+    """A Ctrl-C inside raises KeyboardInterrupt and sets loop.STOP, and the block ends as interrupted even if it
+    returns: a KeyboardInterrupt raised inside a finalizer (JAX's gc callback) is printed as "Exception ignored"
+    and lost, so the training loops and the study pieces check STOP too (seen: a study ran to its end and exited
+    0 after a Ctrl-C)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        loop.STOP.set()
+        raise KeyboardInterrupt
+
+    loop.STOP.clear()
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+        if loop.STOP.is_set():
+            raise KeyboardInterrupt
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        loop.STOP.clear()
+
+
 def main(exp: Experiment, fv: flags.FlagValues, argv: list[str], full_argv: list[str]) -> None:
     """Keep freed host memory (`normjax.host_memory`), validate, then --print_config or check the workdir and run;
     config errors (a bad NORMJAX_KEEP_FREED_MEMORY too) exit with status 2, a Ctrl-C with one line saying what
@@ -247,7 +274,7 @@ def main(exp: Experiment, fv: flags.FlagValues, argv: list[str], full_argv: list
             if exp.kind in (STUDY, SWEEP):  # a study's folder is WORKDIR/<name>, a sweep's too (warmup_ablation)
                 check_workdir(os.path.join(args.workdir, exp.name))
             workdir = args.workdir
-            with progress_bars(args.progress):
+            with progress_bars(args.progress), ctrl_c_kept():
                 exp.run(args)
     except KeyboardInterrupt:
         what = "before anything was written" if workdir is None else f"kept {kept(exp, workdir)}"

@@ -35,6 +35,7 @@ from normjax.io import (
     write_json,
 )
 from normjax.train.config_io import ConfigError
+from normjax.train.loop import STOP
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -198,6 +199,8 @@ class StudyDir:
             set_aside(path, problem)
         value = to_jsonable(compute())
         write_json(path, {"piece": value})
+        if STOP.is_set():  # a Ctrl-C whose KeyboardInterrupt was lost (experiments.common.ctrl_c_kept)
+            raise KeyboardInterrupt(f"stopped after the piece {key}")
         return value
 
     def finish(self) -> None:
