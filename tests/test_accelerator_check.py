@@ -78,10 +78,7 @@ def test_a_phase_out_of_time_is_reported_not_lost(tmp_path):
 
 @pytest.mark.slow
 def test_every_group_runs_tiny_into_run_folders_of_the_study_format(tmp_path):
-    """Every group trained in one fresh process (as the script runs it). In an xdist worker that had run other tests
-    first, XLA's CPU compile of a group program crashed the process twice (SIGSEGV / SIGABRT inside
-    backend_compile_and_load and deserialize_executable, 2026-12-05/06), while the same groups passed in a fresh
-    process every time: the crash is left to a separate process where it fails this test, not the whole worker."""
+    """Every group trained in one fresh process, as the script runs it."""
     code = (
         "import json, sys; from benchmarks import accelerator_groups as g; "
         "print(json.dumps({n: g.run_group(n, sys.argv[1], tiny=True, progress=False) for n in g.GROUPS}))"

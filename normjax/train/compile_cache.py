@@ -10,9 +10,9 @@ from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
 CACHE_ENV = "NORMJAX_COMPILATION_CACHE"  # a folder, or "off"; unset: ~/.cache/normjax/xla on accelerators, off on CPU
 _COMPILE_LOGGER = "jax._src.interpreters.pxla"  # the logger of jax.log_compiles' "Compiling <name> ..." lines
-# On the CPU the cache is opt-in: with jax/jaxlib 0.10.2 our test suite's processes crashed three times inside
-# XLA while the cache was in use (SIGABRT and SIGSEGV in deserialize_executable reading an entry, SIGSEGV in
-# backend_compile_and_load; 2026-12-05/06), and CPU compiles take seconds, which the cache saves little of.
+# On the CPU the cache is opt-in: CPU compiles take seconds, which the cache saves little of, and it grows without
+# bound. (The XLA crashes once blamed on it, 2026-12-05/06, were long-lived test processes running out of memory
+# maps, vm.max_map_count, one set per compiled program kept; they came with the cache off too. tests/conftest.py.)
 OPT_IN_BACKENDS = ("cpu",)
 
 
