@@ -1,6 +1,7 @@
 """A Ctrl-C whose KeyboardInterrupt is lost (raised inside a finalizer, printed as "Exception ignored") still
 stops the study after its current piece and ends the command as interrupted."""
 
+import contextlib
 import json
 import signal
 
@@ -12,10 +13,8 @@ from normjax.train import loop
 
 
 def _ctrl_c_lost_in_a_finalizer():
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # what Python does with one raised inside a gc callback or __del__
         signal.raise_signal(signal.SIGINT)
-    except KeyboardInterrupt:
-        pass  # what Python does with an exception raised inside a gc callback or __del__
 
 
 def test_a_block_that_returns_after_a_lost_ctrl_c_ends_interrupted():
