@@ -122,6 +122,8 @@ def test_an_unjitted_regularizer_gradient_compiles_a_few_programs_once():
     steps = 24  # the Krylov dimension: a loop run step by step would compile about this many programs or more
     grad = jax.grad(lambda p: jacobian.differentiable_spectral_norm(apply, p, x, num_iters=steps)[0])
     w0, w1 = weights(0), weights(1)
+    jax.clear_caches()  # as in a fresh process: after the module's other tests one more program compiled in the
+    # second call (4 vs 3, in every full suite run, never alone or in tests/jacobian; cause not found)
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
         g = grad(w0)
