@@ -54,6 +54,29 @@ def admin(s, x, F, rec, gate):  # Liu 2020: x = N(omega * x + F(x)), omega per c
     return s.norm(rec("post", s.omega[...].astype(x.dtype) * x + F(x)))
 
 
+def gpas(x, alpha):
+    """GPAS (Chen et al. 2025, arXiv 2506.22049): x - SiLU(alpha) sg(x), sg the stop-gradient.
+
+    The value is (1 - SiLU(alpha)) x; backpropagation passes d/dx as the identity (sg's operand is a constant to
+    autodiff) and gives alpha the gradient -SiLU'(alpha) x. dandingsky/GPAS (commit 3198068)
+    `peft_pretraining/modeling_llama.py` lines 261-268 (`GPASBlock`: `hidden_states - act_fn(gate) *
+    hidden_states.detach()`, gate a scalar initialised to 0.0, act_fn SiLU).
+    """
+    return x - jax.nn.silu(alpha) * jax.lax.stop_gradient(x)
+
+
+def pre_gpas(s, x, F, rec, gate):  # Pre + GPAS: x = GPAS(x + F(N(x))); GPAS repo modeling_llama.py lines 491-510
+    return gpas(pre(s, x, F, rec, gate), gate)
+
+
+def sandwich_gpas(s, x, F, rec, gate):  # Sandwich + GPAS: x = GPAS(x + N2(F(N1(x)))); lines 512-533
+    return gpas(sandwich(s, x, F, rec, gate), gate)
+
+
+def deepnorm_gpas(s, x, F, rec, gate):  # DeepNorm + GPAS: x = N(alpha GPAS(x) + F(x)), F sees x; lines 535-553
+    return s.norm(rec("post", s.alpha * gpas(x, gate) + F(x)))
+
+
 def gated_residual(s, x, F, rec, gate):  # ReZero / SkipInit: x = x + alpha F(x)
     return x + gate * F(x)
 

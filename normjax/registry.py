@@ -24,7 +24,8 @@ class Placement:
       final_norm: whether a stack ending in this placement gets a final norm (auto mode).
       init: the init rule `(cfg, stack) -> InitRule` (None: the base init).
       embedding_norm: a norm after the embeddings (Peri-LN).
-      shared_gate: one scalar gate per block shared by its sublayers (ReZero; `rezero_per_sublayer` splits it).
+      shared_gate: one scalar gate per block shared by its sublayers (ReZero, GPAS; `rezero_per_sublayer` splits
+        it), 0 at init.
       layers: for recipes (mixln, hybrid_star) `(cfg, depth) -> names`, one per-layer placement per block;
         None for a placement that names one wiring per layer.
       formula, notes, reference: the docs table row.
@@ -420,6 +421,51 @@ _ENTRIES += (
         ".py lines 46-61 (Sinkhorn), 270-290 (init), 377-408 (sigmoid, Sinkhorn, 2 sigmoid); DeepSeek-V4 inference "
         "model.py Block.hc_pre / hc_post (vec(X) / rms over n D, the branch's own norm after hc_pre)",
         hyper_streams=True,
+    ),
+)
+_GPAS_CODE = (
+    "dandingsky/GPAS (commit 3198068) peft_pretraining/modeling_llama.py lines 261-268 (GPASBlock: x - "
+    "SiLU(gate) x.detach(), gate 0.0), 336-356 (one GPASBlock per decoder layer, both sublayers), "
+)
+_GPAS_NOTES = "alpha = 0 at init (the model is then `{}`'s), one per block, shared by its sublayers; "
+_ENTRIES += (
+    Placement(
+        "pre_gpas",
+        "Pre-LN + GPAS",
+        "#31a354",
+        _same(Wiring(placements.pre_gpas, gate="scalar")),
+        final_norm=True,
+        formula="x = GPAS(x + F(N(x))), GPAS(x) = x - SiLU(alpha) sg(x)",
+        reference="Chen et al. 2025 (GPAS, arXiv 2506.22049)",
+        notes=_GPAS_NOTES.format("pre") + "sg the stop-gradient: forward (1 - SiLU(alpha)) x, gradient in x "
+        "unscaled; final norm",
+        shared_gate=True,
+        source=_GPAS_CODE + "491-510 (pre_gpas forward)",
+    ),
+    Placement(
+        "sandwich_gpas",
+        "Sandwich-LN + GPAS",
+        "#de9ed6",
+        _same(Wiring(placements.sandwich_gpas, norms=2, gate="scalar")),
+        final_norm=True,
+        formula="x = GPAS(x + N2(F(N1(x))))",
+        reference="Chen et al. 2025 (GPAS, arXiv 2506.22049)",
+        notes=_GPAS_NOTES.format("sandwich") + "final norm",
+        shared_gate=True,
+        source=_GPAS_CODE + "512-533 (sandwich_gpas forward)",
+    ),
+    Placement(
+        "deepnorm_gpas",
+        "DeepNorm + GPAS",
+        "#7b4173",
+        _same(Wiring(placements.deepnorm_gpas, gate="scalar")),
+        final_norm=False,
+        formula="x = N(alpha_DN GPAS(x) + F(x)), F reads the unscaled x",
+        reference="Chen et al. 2025 (GPAS, arXiv 2506.22049)",
+        notes=_GPAS_NOTES.format("deepnorm") + "DeepNorm's alpha_DN, beta init",
+        init=init.deepnorm_rule,
+        shared_gate=True,
+        source=_GPAS_CODE + "535-553 (deeppost_gpas forward: the skip scaled, the branch input not)",
     ),
 )
 REGISTRY: dict[str, Placement] = {p.name: p for p in _ENTRIES}

@@ -86,7 +86,15 @@ def _expected_sublayer(block, sub, x, records, name, x_in):
         "resi_dual": lambda: normjax.DualStream(sub.norm(x.x + out), x.d + out),
         "hyper": lambda: _hyper_expected(sub, x, out),
         "ngpt": lambda: _unit(_unit(x) + jnp.abs(gate * sub.eigen_factor) * (_unit(out) - _unit(x))),
+        "pre_gpas": lambda: _gpas_value(x + out, gate),
+        "sandwich_gpas": lambda: _gpas_value(x + sub.norm2(out), gate),
+        "deepnorm_gpas": lambda: sub.norm(sub.alpha * _gpas_value(x, gate) + out),
     }[placement]()
+
+
+def _gpas_value(z, alpha):
+    """GPAS's forward value (1 - SiLU(alpha)) z (tests/test_gpas.py checks its gradients)."""
+    return (1 - alpha * jax.nn.sigmoid(alpha)) * z
 
 
 def _hyper_expected(sub, hs, out):

@@ -115,9 +115,9 @@ def validate(mode=None, chunk_size=None) -> None:
         raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}.")
 
 
-def prepare(f, x, params=None) -> traced.Converted:
+def prepare(f, x, params=None, stop_gradient: str = "constant") -> traced.Converted:
     """`traced.convert` plus the host-level check that x is finite."""
-    conv = traced.convert(f, x, params)
+    conv = traced.convert(f, x, params, stop_gradient)
     traced.validate(conv)
     return conv
 
@@ -131,8 +131,21 @@ def jacobian_of(conv: traced.Converted, mode: str = "fwd", chunk_size: int | Non
     return J_MN
 
 
-def jacobian(f: Callable, x: Any, *, params: Any = None, mode: str = "fwd", chunk_size: int | None = None) -> jax.Array:
+def jacobian(
+    f: Callable,
+    x: Any,
+    *,
+    params: Any = None,
+    mode: str = "fwd",
+    chunk_size: int | None = None,
+    stop_gradient: str = "constant",
+) -> jax.Array:
     """Exact Jacobian of `f` at `x` with respect to x, flattened to a matrix.
+
+    Which Jacobian, where f calls `jax.lax.stop_gradient`: by default the one backpropagation uses (and
+    `jax.jacfwd`, `jax.grad`): every stop_gradient operand a constant. Where f uses stop_gradient to change its
+    gradient and not its value (GPAS: x - c sg(x) is (1 - c) x with derivative I), that differs from the derivative
+    of the map f computes; `stop_gradient="identity"` gives the latter.
 
     Args:
       f: f(x), or f(params, x) when `params` is given, or an nnx.Module (module(x), its state an
@@ -146,6 +159,9 @@ def jacobian(f: Callable, x: Any, *, params: Any = None, mode: str = "fwd", chun
       chunk_size: None computes all basis JVPs/VJPs in one `vmap`. An int linearizes `f` once and
         pushes `chunk_size` basis vectors at a time through `jax.lax.map`, so the working memory
         beyond J itself and one linearization is O(chunk_size * (N + M)).
+      stop_gradient: "constant" (default: the backpropagated Jacobian) or "identity" (the forward map's:
+        every stop_gradient replaced by the identity in f's traced jaxpr, inside any depth of `jax.jit`; one
+        inside a scan, loop or cond raises ValueError; custom derivative rules are used as written).
 
     Returns:
       J_MN with J[i, j] = d ravel(f(x))[i] / d ravel(x)[j], shape (M, N). Cost: about N (fwd) or
@@ -157,18 +173,24 @@ def jacobian(f: Callable, x: Any, *, params: Any = None, mode: str = "fwd", chun
       MemoryError: J and its copies (`COPIES_OF_J` M N entries) would not fit in `available_memory()`.
     """
     validate(mode, chunk_size)
-    return jacobian_of(prepare(f, x, params), mode, chunk_size)
+    return jacobian_of(prepare(f, x, params, stop_gradient), mode, chunk_size)
 
 
 def token_blocks(
-    f: Callable, x_TD: jax.Array, *, params: Any = None, mode: str = "fwd", chunk_size: int | None = None
+    f: Callable,
+    x_TD: jax.Array,
+    *,
+    params: Any = None,
+    mode: str = "fwd",
+    chunk_size: int | None = None,
+    stop_gradient: str = "constant",
 ) -> jax.Array:
     """Per-token Jacobian blocks of a sequence map f: (T, D) -> (T', D').
 
     Args:
       f, params: as in `jacobian`; f(x_TD) must be one 2-D array.
       x_TD: the input sequence.
-      mode, chunk_size: as in `jacobian`.
+      mode, chunk_size, stop_gradient: as in `jacobian`.
 
     Returns:
       An array of shape (T', T, D', D) whose [t, s] is the (D', D) block d y_t / d x_s. Same cost as
@@ -177,7 +199,7 @@ def token_blocks(
     if jnp.ndim(x_TD) != 2:
         raise ValueError(f"x_TD must be 2-D (T, D), got shape {jnp.shape(x_TD)}.")
     validate(mode, chunk_size)
-    conv = prepare(f, x_TD, params)
+    conv = prepare(f, x_TD, params, stop_gradient)
     out = conv.out_shapes
     if not isinstance(out, jax.ShapeDtypeStruct) or len(out.shape) != 2:
         raise ValueError(f"f must map (T, D) to one 2-D array, got {out}.")

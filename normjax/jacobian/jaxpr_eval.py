@@ -50,12 +50,39 @@ _EXACT_PRIMITIVES = frozenset(
 )
 
 
-def eval_inlined(jaxpr, consts, args, perturb=None) -> list:
+# How the Jacobian tools treat `jax.lax.stop_gradient`: "constant" (its operand is a constant, as backpropagation
+# and jax.jacfwd see it) or "identity" (the forward map's derivative: stop_gradient replaced by the identity).
+STOP_GRADIENT_MODES = ("constant", "identity")
+# Higher-order primitives whose derivative is their custom rule: a stop_gradient in their body changes nothing.
+_CUSTOM_RULES = frozenset({"custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr"})
+
+
+def _sub_jaxprs(params):
+    for value in params.values():
+        for v in value if isinstance(value, tuple | list) else (value,):
+            if isinstance(v, jex.ClosedJaxpr):
+                yield v.jaxpr
+            elif isinstance(v, jex.Jaxpr):
+                yield v
+
+
+def _nested_stop_gradient(eqn) -> bool:
+    return eqn.primitive.name not in _CUSTOM_RULES and any(map(has_stop_gradient, _sub_jaxprs(eqn.params)))
+
+
+def has_stop_gradient(jaxpr) -> bool:
+    """Whether a `stop_gradient` equation sits in jaxpr or, at any depth, in a sub-jaxpr outside custom rules."""
+    return any(eqn.primitive.name == "stop_gradient" or _nested_stop_gradient(eqn) for eqn in jaxpr.eqns)
+
+
+def eval_inlined(jaxpr, consts, args, perturb=None, stop_gradient="constant") -> list:
     """`jax.core.eval_jaxpr` with every `jit` equation replaced by its body: traced under `make_jaxpr`,
     the arrays an inner jit captured (a `jax.jit` closure's weights) become constants of the outer jaxpr,
     so they are arguments of the compiled program, not contents hashed into its key. `perturb(primitive,
-    outs)`, when given, rewrites each equation's outputs (`perturbed_eval`)."""
+    outs)`, when given, rewrites each equation's outputs (`perturbed_eval`). `stop_gradient="identity"`
+    evaluates every `stop_gradient` as the identity (one inside a scan, loop or cond raises ValueError)."""
     env: dict = {}
+    identity = stop_gradient == "identity"
 
     def read(v):
         return v.val if isinstance(v, jex.Literal) else env[v]
@@ -66,8 +93,16 @@ def eval_inlined(jaxpr, consts, args, perturb=None) -> list:
         invals = [read(v) for v in eqn.invars]
         if eqn.primitive.name == "jit":
             inner = eqn.params["jaxpr"]
-            outs = eval_inlined(inner.jaxpr, inner.consts, invals, perturb)
+            outs = eval_inlined(inner.jaxpr, inner.consts, invals, perturb, stop_gradient)
+        elif identity and eqn.primitive.name == "stop_gradient":
+            outs = invals
         else:
+            if identity and _nested_stop_gradient(eqn):
+                raise ValueError(
+                    f"stop_gradient='identity' replaces stop_gradient at any depth of jax.jit, but f has one inside "
+                    f"a `{eqn.primitive.name}`: use stop_gradient='constant' (the Jacobian backpropagation uses), or "
+                    "write f without it"
+                )
             outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
             outs = outs if eqn.primitive.multiple_results else [outs]
             outs = outs if perturb is None else perturb(eqn.primitive.name, outs)

@@ -187,8 +187,12 @@ def singular_values(
     tol: float | None = None,
     key: jax.Array | None = None,
     return_info: bool = False,
+    stop_gradient: str = "constant",
 ) -> jax.Array | tuple[jax.Array, SpectralInfo]:
     """Singular values of the Jacobian d f / d x at x, largest first.
+
+    J is by default the Jacobian backpropagation uses (every `stop_gradient` operand in f a constant);
+    `stop_gradient="identity"` gives the forward map's, see `normjax.jacobian.jacobian`.
 
     Args:
       f: f(x), or f(params, x) with `params`, or an nnx.Module; see `normjax.jacobian.jacobian`
@@ -208,6 +212,7 @@ def singular_values(
         float64, 1e-5 in float32, 0.031 for a function that computes in bfloat16).
       key: PRNG key of the random start vector (default `jax.random.key(0)`).
       return_info: also return a `SpectralInfo`.
+      stop_gradient: "constant" (the backpropagated Jacobian) or "identity" (the forward map's).
 
     Returns:
       s_K of shape (k,) (or (min(N, M),) for k=None), and the `SpectralInfo` if asked. Warns when
@@ -228,13 +233,14 @@ def singular_values(
         tol=tol,
         key=key,
         return_info=return_info,
+        stop_gradient=stop_gradient,
     )
 
 
-def _spectrum(entry, f, x, k, params, *, method, num_iters, tol, key, return_info):
+def _spectrum(entry, f, x, k, params, *, method, num_iters, tol, key, return_info, stop_gradient):
     """`singular_values`, with errors under a transformation naming the public `entry` that was called."""
     check_iteration_args(num_iters, tol)
-    conv = prepare(f, x, params)
+    conv = prepare(f, x, params, stop_gradient)
     host_level(entry, conv)
     x_N, out_size = conv.x_N, conv.out_size
     requested, method = method, resolve_method(method, x_N.size, out_size)
@@ -286,10 +292,12 @@ def spectral_norm(
     tol: float | None = None,
     key: jax.Array | None = None,
     return_info: bool = False,
+    stop_gradient: str = "constant",
 ) -> jax.Array | tuple[jax.Array, SpectralInfo]:
     """Largest singular value ||J||_2 of the Jacobian d f / d x at x (scalar).
 
-    Same arguments and costs as `singular_values` with k = 1. "power" runs power iteration on
+    Same arguments and costs as `singular_values` with k = 1 (by default of the backpropagated Jacobian;
+    `stop_gradient="identity"`: of the forward map's). "power" runs power iteration on
     J^T J (one JVP + one VJP per step) until its residual bound ||J^T u - s v|| <= tol * s; with a
     small gap sigma_2 / sigma_1 that takes many steps: prefer "lanczos" when accuracy matters. For
     use inside jit/vmap/grad see `normjax.jacobian.pure`.
@@ -298,7 +306,17 @@ def spectral_norm(
       A scalar array, and the `SpectralInfo` if `return_info`.
     """
     out = _spectrum(
-        "spectral_norm", f, x, 1, params, method=method, num_iters=num_iters, tol=tol, key=key, return_info=return_info
+        "spectral_norm",
+        f,
+        x,
+        1,
+        params,
+        method=method,
+        num_iters=num_iters,
+        tol=tol,
+        key=key,
+        return_info=return_info,
+        stop_gradient=stop_gradient,
     )
     return (out[0][0], out[1]) if return_info else out[0]
 
@@ -313,11 +331,12 @@ def frobenius_norm_sq(
     key: jax.Array | None = None,
     chunk_size: int | None = None,
     return_info: bool = False,
+    stop_gradient: str = "constant",
 ) -> jax.Array | tuple[jax.Array, FrobeniusInfo]:
     """Squared Frobenius norm ||J||_F^2 of the Jacobian d f / d x at x (scalar).
 
     Args:
-      f, x, params: as in `singular_values`.
+      f, x, params, stop_gradient: as in `singular_values` (by default the backpropagated Jacobian's norm).
       method: "hutchinson" (unbiased estimate E||J z||^2 over `num_probes` Rademacher probes z:
         `num_probes` JVPs, never J; an approximation with the standard error in the info) or
         "exact" (sum of squares of the materialized J).
@@ -330,7 +349,7 @@ def frobenius_norm_sq(
         raise ValueError(f"method must be 'hutchinson' or 'exact', got {method!r}.")
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}.")
-    conv = prepare(f, x, params)
+    conv = prepare(f, x, params, stop_gradient)
     host_level("frobenius_norm_sq", conv)
     if method == "exact":
         J_MN = jacobian_of(conv, chunk_size=chunk_size)

@@ -215,17 +215,23 @@ def _trace_module_safe(flat, p_leaves, x_N):
         ) from None
 
 
-def convert(f, x, params=None) -> Converted:
+def convert(f, x, params=None, stop_gradient: str = "constant") -> Converted:
     """Traces f at x into a `PureFn` and its argument list (consts, then the array leaves of params).
 
     Args:
       f: f(x), f(params, x) when `params` is given, or an nnx.Module (called as module(x)).
       x: floating array or pytree of floating arrays.
       params: any pytree; its array leaves are arguments, the rest static.
+      stop_gradient: "constant" keeps f's `stop_gradient`s (their operands are constants to every derivative of
+        the PureFn, as to backpropagation); "identity" drops them (`jaxpr_eval.eval_inlined`), so derivatives are
+        those of the map f computes.
 
     Raises:
-      TypeError: f is not callable, x or f(x) is not a (pytree of) floating array(s).
+      TypeError: f is not callable, x or f(x) is not a (pytree of) floating array(s). ValueError: stop_gradient
+      is not one of `jaxpr_eval.STOP_GRADIENT_MODES`, or "identity" meets one inside a scan, loop or cond.
     """
+    if stop_gradient not in jaxpr_eval.STOP_GRADIENT_MODES:
+        raise ValueError(f"stop_gradient must be one of {jaxpr_eval.STOP_GRADIENT_MODES}, got {stop_gradient!r}.")
     call, params = as_callable(f, params)
     x_N, unravel_x = ravel_floats("x", x)
     p_leaves, rebuild = split_params(params)
@@ -238,8 +244,11 @@ def convert(f, x, params=None) -> Converted:
         return ravel_pytree(y)[0] if jax.tree.leaves(y) else jnp.zeros((0,), x_N.dtype)
 
     closed = _trace_module_safe(flat, p_leaves, x_N)
-    if jaxpr_eval.has_jit_consts(closed.jaxpr):
-        closed = jax.make_jaxpr(lambda *a: jaxpr_eval.eval_inlined(closed.jaxpr, closed.consts, a))(*p_leaves, x_N)
+    identity = stop_gradient == "identity" and jaxpr_eval.has_stop_gradient(closed.jaxpr)
+    if identity or jaxpr_eval.has_jit_consts(closed.jaxpr):
+        closed = jax.make_jaxpr(
+            lambda *a: jaxpr_eval.eval_inlined(closed.jaxpr, closed.consts, a, stop_gradient=stop_gradient)
+        )(*p_leaves, x_N)
     consts = list(closed.consts)
     fn = _canonical(closed, len(consts))
     args = tuple(consts) + tuple(p_leaves)
