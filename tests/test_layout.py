@@ -102,6 +102,22 @@ def test_no_module_outside_a_study_folder_names_a_study():
         assert not named, f"{path.relative_to(ROOT)} names the studies {named}; that belongs in their folders"
 
 
+STEPPERS = {"run_steps", "train_step", "vmapped_train_step"}  # normjax.train's loop and its compiled steps
+
+
+def test_every_study_trains_through_the_one_trainer():
+    """Outside normjax/train no module steps a model itself: studies train by train_probed or run_group (with probe
+    hooks), never by a train step they jit or loop over themselves."""
+    for path in MODULES.values():
+        if PACKAGE / "train" in path.parents:
+            continue
+        tree = ast.parse(path.read_text())
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert not used & STEPPERS, f"{path.relative_to(ROOT)} uses {used & STEPPERS}: train through normjax.train.loop"
+
+
 def test_the_report_layer_imports_no_study_and_measurement_no_report():
     for name, path in MODULES.items():
         if name.startswith("normjax.report"):

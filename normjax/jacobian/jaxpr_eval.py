@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax.extend import core as jex
 
@@ -120,7 +121,7 @@ _TRANSCENDENTAL = frozenset(
 )
 
 
-def perturbed_eval(closed, flat_args, seed: int, scale: float = 1.0):
+def perturbed_eval(closed, flat_args, seed, scale: float = 1.0):
     """The first output of a ClosedJaxpr with every rounding operation's floating output multiplied by
     (1 + c eps r).
 
@@ -130,7 +131,7 @@ def perturbed_eval(closed, flat_args, seed: int, scale: float = 1.0):
     perturbed as it is computed), the spread of J over draws estimates J's own rounding, amplification by
     the function's conditioning included. Higher-order primitives (scan, cond, custom derivative calls)
     are perturbed at their outputs only. `scale` multiplies c (0.5: every rounding by its largest size under
-    round-to-nearest, the unit roundoff, with a random sign).
+    round-to-nearest, the unit roundoff, with a random sign). `seed` may be traced (`perturbed_draws`).
     """
     count = [0]
 
@@ -142,9 +143,8 @@ def perturbed_eval(closed, flat_args, seed: int, scale: float = 1.0):
         for out in outs:
             if hasattr(out, "dtype") and jnp.issubdtype(out.dtype, jnp.floating) and out.size:
                 count[0] += 1
-                bits = jnp.arange(out.size, dtype=jnp.uint32) * jnp.uint32(0x9E3779B9) + jnp.uint32(
-                    (seed * 1_000_003 + count[0] * 7919) % 2**32
-                )
+                offset = jnp.asarray(seed, jnp.uint32) * jnp.uint32(1_000_003) + jnp.uint32(count[0] * 7919 % 2**32)
+                bits = jnp.arange(out.size, dtype=jnp.uint32) * jnp.uint32(0x9E3779B9) + offset
                 bits = (bits ^ (bits >> 16)) * jnp.uint32(0x7FEB352D)
                 sign = jnp.where((bits >> 31) == 1, 1.0, -1.0).astype(out.dtype).reshape(out.shape)
                 out = out * (1 + size * jnp.finfo(out.dtype).eps * sign)
@@ -152,3 +152,9 @@ def perturbed_eval(closed, flat_args, seed: int, scale: float = 1.0):
         return new
 
     return eval_inlined(closed.jaxpr, closed.consts, flat_args, perturb)[0]
+
+
+def perturbed_draws(closed, flat_args, draws: int, scale: float = 1.0):
+    """`perturbed_eval` for seeds 0 .. draws - 1, stacked on a leading axis: one traced body (`lax.map` over the
+    seed), so the program compiles the perturbed computation once, not once per draw."""
+    return jax.lax.map(lambda seed: perturbed_eval(closed, flat_args, seed, scale), jnp.arange(draws, dtype=jnp.uint32))

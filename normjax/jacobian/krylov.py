@@ -216,9 +216,9 @@ def certify(g, x_N, theta_K, U_KM, V_KN, draws: int = ROUNDING_DRAWS):
     def one(theta, u_M, v_N):
         base = both(x_N, v_N, u_M)
         args = [x_N, v_N, u_M]
-        spread = [jaxpr_eval.perturbed_eval(closed, args, seed, ROUNDOFF) - base for seed in range(draws)]
-        rho_v = jnp.max(jnp.stack([jnp.linalg.norm(d[:out_size]) for d in spread]))
-        rho_u = jnp.max(jnp.stack([jnp.linalg.norm(d[out_size:]) for d in spread]))
+        spread_DK = jaxpr_eval.perturbed_draws(closed, args, draws, ROUNDOFF) - base
+        rho_v = jnp.max(jnp.linalg.norm(spread_DK[:, :out_size], axis=1))
+        rho_u = jnp.max(jnp.linalg.norm(spread_DK[:, out_size:], axis=1))
         a = jnp.linalg.norm(base[:out_size] - theta * u_M) + rho_v
         b = jnp.linalg.norm(base[out_size:] - theta * v_N) + rho_u
         return jnp.sqrt((a**2 + b**2) / 2), jnp.sqrt((rho_v**2 + rho_u**2) / 2)

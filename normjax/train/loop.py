@@ -127,27 +127,33 @@ def run_steps(state, step_fn, start: int, stop: int, on_step=None, name: str = "
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    """A measurement taken while training: `fn(state, batch) -> dict` on the state after 0, `every`, 2 `every`, ...
-    updates and after the last one (`batch`: the batch of the next update, or of the last one at the end)."""
+    """A measurement taken while training: `fn(step, state, batch)` on the state after `step` updates, for step 0,
+    `every`, 2 `every`, ..., each step in `at` and the last one (`batch`: the batch of the next update, or of the
+    last one at the end)."""
 
     every: int
-    fn: Callable[[Any, dict], dict]
+    fn: Callable[[int, Any, dict], Any]
+    at: frozenset[int] = frozenset()
+
+    def due(self, done: int, num_steps: int) -> bool:
+        """Whether this probe measures the state after `done` of `num_steps` updates."""
+        return done % self.every == 0 or done == num_steps or done in self.at
 
 
 def train_probed(spec, state, batch_at: Callable[[int], dict], num_steps: int, probes=(), check_every: int = 1):
     """The studies' trainer: `num_steps` updates by the shared compiled train step (job.compiled) in run_steps,
     each Probe's fn at its steps; stops at the first divergence check (every `check_every` updates) after the
-    engine flags a divergence.
+    engine flags a divergence (the probes due at that step measure the frozen state first).
 
     Returns:
-      (the last state, the per-update metrics read to the host, per probe a list of (step, fn's dict)).
+      (the last state, the per-update metrics read to the host, per probe a list of (step, fn's value)).
     """
     train, metrics, measured = compiled().train, [], [[] for _ in probes]
 
     def measure(done: int, state) -> None:
         for probe, out in zip(probes, measured, strict=True):
-            if done % probe.every == 0 or done == num_steps:
-                out.append((done, probe.fn(state, batch_at(min(done, num_steps - 1)))))
+            if probe.due(done, num_steps):
+                out.append((done, probe.fn(done, state, batch_at(min(done, num_steps - 1)))))
 
     def on_step(done, state, m):
         metrics.append(m)

@@ -129,9 +129,10 @@ def test_the_probed_trainer_probes_at_its_steps_and_leaves_the_training_alone(ti
     run = parse(tiny(train__warmup_steps=0))
     spec, state, batches = _state_and_batches(run, 7)
     seen = []
-    probe = Probe(3, lambda s, batch: seen.append(int(s.step)) or {"step": int(s.step)})
+    probe = Probe(3, lambda step, s, batch: seen.append((step, int(s.step))) or {"step": int(s.step)}, frozenset({1}))
     probed, metrics, (measured,) = train_probed(spec, state, batches.__getitem__, 7, [probe])
-    assert [t for t, _ in measured] == [0, 3, 6, 7] and seen == [0, 3, 6, 7] and len(metrics) == 7
+    assert [t for t, _ in measured] == [0, 1, 3, 6, 7] and len(metrics) == 7
+    assert seen == [(t, t) for t in (0, 1, 3, 6, 7)]  # the step it is given is the state's own
     step = jax.jit(steps.train_step, static_argnums=0)
     plain, _ = run_steps(state, lambda s, t: step(spec, s, batches[t]), 0, 7)
     for a, b in zip(jax.tree.leaves(probed.params), jax.tree.leaves(plain.params), strict=True):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 
@@ -14,7 +13,7 @@ import normjax
 from normjax import train
 from normjax.jacobian import hessian
 from normjax.train import job, schedules, steps
-from normjax.train.loop import run_steps
+from normjax.train.loop import Probe, train_probed
 
 
 def _loss(graphdef, task_kind):
@@ -26,11 +25,6 @@ def _loss(graphdef, task_kind):
         return sums["nll"] / sums["tokens"]
 
     return loss
-
-
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=1)
-def _train_step(spec, state, batch):
-    return steps.train_step(spec, state, batch)
 
 
 def adam_state(opt_state):
@@ -57,7 +51,7 @@ def sharpness_run(run: train.SweepRun, every: int, max_dim: int) -> dict:
     probes = {"step": [], "sharpness": [], "magnitude": [], "residual": [], "lr": [], "threshold": [], "nll": []}
     start = time.time()
 
-    def probe(t, state):
+    def probe(t, state, batch):
         lr = float(schedules.learning_rate(rc.train.schedule, t, hp))
         adam = adam_state(state.opt_state)
         nll = float(nll_of(state.params, state.consts, held_out))
@@ -73,13 +67,7 @@ def sharpness_run(run: train.SweepRun, every: int, max_dim: int) -> dict:
         probes["lr"].append(lr)
         probes["threshold"].append(hessian.adam_threshold(lr, rc.train.b1) if lr > 0 else None)
 
-    def on_step(done, state, metrics):
-        if done % every == 0 or done == rc.train.num_steps:
-            probe(done, state)
-        return int(state.diverged_at) >= 0
-
-    probe(0, state)
-    state, _ = run_steps(state, lambda s, t: _train_step(spec, s, task.train.batch(t)), 0, rc.train.num_steps, on_step)
+    state, _, _ = train_probed(spec, state, task.train.batch, rc.train.num_steps, [Probe(every, probe)])
     diverged = int(state.diverged_at)
     return {
         "name": run.name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -16,17 +17,20 @@ from normjax import specs
 from normjax import train as nt
 from normjax.probes.param_probes import model_update
 from normjax.studies.byte_lm import data, hparams, model_config
-from normjax.train.loop import run_steps
+from normjax.train.loop import Probe, train_probed
 
 BETA_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel", "attn/value/kernel", "attn/out/kernel")  # DeepNorm's beta
 UNSCALED_KERNELS = ("attn/query/kernel", "attn/key/kernel")
 
 
+def main_probe(config, fn=None) -> Probe:
+    """The main run's probe: every step up to early_steps, then every probe_every steps, and the last one."""
+    return Probe(config.probe_every, fn, frozenset(range(config.early_steps + 1)))
+
+
 def probe_steps(config) -> list[int]:
-    """Every step up to early_steps, then every probe_every steps, and the last one."""
-    return sorted(
-        set(range(config.early_steps + 1)) | set(range(0, config.num_steps, config.probe_every)) | {config.num_steps}
-    )
+    """The steps main_probe measures in a run that does not diverge."""
+    return [t for t in range(config.num_steps + 1) if main_probe(config).due(t, config.num_steps)]
 
 
 def _stream_ms(streams, mask_BT) -> jax.Array:
@@ -40,22 +44,13 @@ def _stream_ms(streams, mask_BT) -> jax.Array:
     )
 
 
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=1)
-def _step(spec, state, batch, fixed, probe):
-    """The engine's train_step, after (when `probe`) its diagnostics, F(x, theta) and the stream norms on `fixed`.
-
-    One compile per model serves probed and plain steps: lax.cond runs the probe branch only when asked.
-    """
-
-    def measure(s):
-        diag = nt.diagnostics(spec.graphdef, spec.task, s.params, s.consts, fixed)
-        model = nnx.merge(spec.graphdef, s.params, s.consts)
-        logits_BTV, probes = normjax.probe(model, fixed["tokens"], padding_mask=fixed["mask"])
-        return diag, logits_BTV, _stream_ms(probes["decoder"].streams, fixed["mask"])
-
-    skip = lambda s: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(measure, s))
-    probes = jax.lax.cond(probe, measure, skip, state)
-    return *nt.train_step(spec, state, batch), probes
+@functools.partial(jax.jit, static_argnums=0)
+def _measure(spec, state, fixed):
+    """The engine's diagnostics, F(x, theta) and the stream norms of `state` on the fixed batch."""
+    diag = nt.diagnostics(spec.graphdef, spec.task, state.params, state.consts, fixed)
+    model = nnx.merge(spec.graphdef, state.params, state.consts)
+    logits_BTV, probes = normjax.probe(model, fixed["tokens"], padding_mask=fixed["mask"])
+    return diag, logits_BTV, _stream_ms(probes["decoder"].streams, fixed["mask"])
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -95,39 +90,26 @@ def init_record(model, run: str, tokens_BT) -> dict:
     return out
 
 
-def _train(spec, state, batches, fixed, num_steps: int, when: set, check_every: int):
-    """num_steps updates of `state`; F(x, theta_t), LN inputs, layer gradients and stream norms probed at `when`.
+def _train(spec, state, batches, fixed, num_steps: int, probe: Probe, check_every: int):
+    """num_steps updates of `state` by the one trainer (normjax.train.loop.train_probed); F(x, theta_t), LN inputs,
+    layer gradients and stream norms measured on `fixed` at `probe`'s steps (its fn is replaced).
 
-    Steps in the shared loop (normjax.train.loop.run_steps) with the probing step `_step`: update t measures the
-    state before it. Returns (probes, per-step metrics, final state); stops early once the engine flags divergence.
+    Returns (probes, per-step metrics, final state); stops early once the engine flags divergence.
     """
-    probes, metrics, logits0 = {"step": [], "update": [], "ln_input_rms": [], "layer_grad_norm": []}, [], None
-    probes["stream_ms"] = []
-
-    def step_fn(state, t):
-        state, m, measured = _step(spec, state, batches.batch(t), fixed, t in when)
-        return state, (m, measured)
-
-    def on_step(done, state, out):
-        nonlocal logits0
-        t, (m, (diag, logits_BTV, stream_ms)) = done - 1, out
-        if t in when:
-            diag, logits_BTV, stream_ms = jax.device_get((diag, logits_BTV, stream_ms))
-            if logits0 is None:
-                logits0, probes["output_norm"] = logits_BTV, model_update(logits_BTV, np.zeros_like(logits_BTV))
-            probes["step"].append(t)
-            probes["update"].append(model_update(logits_BTV, logits0))
-            probes["ln_input_rms"].append(float(diag["norm_input_rms/decoder"]))
-            probes["layer_grad_norm"].append(np.asarray(diag["grad_norm/decoder"]))
-            probes["stream_ms"].append(np.asarray(stream_ms))
-        if t == num_steps:
-            return True
-        metrics.append(m)
-        return (t + 1) % check_every == 0 and int(state.diverged_at) >= 0
-
-    # the update after the last probe (t = num_steps) is discarded
-    state, _ = run_steps(state, step_fn, 0, num_steps + 1, on_step)
-    return probes, jax.device_get(metrics), state
+    measure = lambda t, state, batch: jax.device_get(_measure(spec, state, fixed))
+    state, metrics, (measured,) = train_probed(
+        spec, state, batches.batch, num_steps, [dataclasses.replace(probe, fn=measure)], check_every
+    )
+    _, (_, logits0, _) = measured[0]  # at step 0
+    probes = {"step": [], "update": [], "ln_input_rms": [], "layer_grad_norm": [], "stream_ms": []}
+    probes["output_norm"] = model_update(logits0, np.zeros_like(logits0))
+    for t, (diag, logits_BTV, stream_ms) in measured:
+        probes["step"].append(t)
+        probes["update"].append(model_update(logits_BTV, logits0))
+        probes["ln_input_rms"].append(float(diag["norm_input_rms/decoder"]))
+        probes["layer_grad_norm"].append(np.asarray(diag["grad_norm/decoder"]))
+        probes["stream_ms"].append(np.asarray(stream_ms))
+    return probes, metrics, state
 
 
 def train_run(config, run: str, depth: int, seed: int, schedule: dict | None = None) -> dict:
@@ -147,11 +129,11 @@ def train_run(config, run: str, depth: int, seed: int, schedule: dict | None = N
     spec = nt.StepSpec(nnx.graphdef(model), "lm", schedule["kind"], optimizer)
     num_steps = schedule["num_steps"]
     hp, start = hparams(config, cfg.vocab_size, schedule["lr"], schedule["warmup"], num_steps), time.time()
-    when = set(probe_steps(config)) if main else {0, num_steps}
+    probe = main_probe(config) if main else Probe(num_steps, None)  # S7: the first and the last step
     probes, metrics, state = _train(
-        spec, nt.init_state(spec, model, seed, hp), batches, fixed, num_steps, when, config.divergence_check_every
+        spec, nt.init_state(spec, model, seed, hp), batches, fixed, num_steps, probe, config.divergence_check_every
     )
-    diverged = int(state.diverged_at)  # the discarded update after the last probe may set it to num_steps + 1
+    diverged = int(state.diverged_at)
     rec = {
         "seed": seed,
         "init": init,
@@ -163,8 +145,9 @@ def train_run(config, run: str, depth: int, seed: int, schedule: dict | None = N
     }
     if main:  # the same init and batches at update_lr: lr is traced, so the compiled step is reused
         again = nt.init_state(spec, normjax.Transformer(cfg, rngs=nnx.Rngs(seed)), seed, hp | {"lr": config.update_lr})
-        steps = set(range(config.early_steps + 1))
-        rec["small_lr_update"] = _train(spec, again, batches, fixed, config.early_steps, steps, len(steps))[0]["update"]
+        every_step, no_check = Probe(1, None), config.early_steps + 1
+        early = _train(spec, again, batches, fixed, config.early_steps, every_step, no_check)[0]
+        rec["small_lr_update"] = early["update"]
     return rec
 
 

@@ -16,7 +16,7 @@ from normjax.probes.param_probes import model_update
 from normjax.threshold import Threshold
 from normjax.train import job, steps
 from normjax.train.config_io import RunConfig, as_dict
-from normjax.train.loop import run_steps
+from normjax.train.loop import Probe, train_probed
 from normjax.train.schedules import learning_rate
 
 TASK_OF_ARCH = {"decoder": "bytes_lm", "encoder_decoder": "synthetic"}  # config.data.task "" picks by arch
@@ -110,9 +110,11 @@ def probe(run: RunConfig, num_steps: int) -> dict:
     state = steps.init_state(spec, model, run.train.seed, hp)
     fns, fixed = job.compiled(), task.valid.batch(0)
     out = {"step": [], "lr": [], "loss": [], "update": [], "stacks": {s: {} for s in cfg.stacks}}
-    at = {"logits0": None, "norm0": None, "first": None, "diverged": None}
+    at = {"logits0": None, "norm0": None, "first": None}
 
-    def measure(t, state):
+    def measure(t, state, batch):
+        if t == 1:
+            at["first"] = time.time() - start  # data, model, the compiles of the probe and the step, and step 0
         diag, (logits, path_rms) = jax.device_get(
             (
                 fns.diag(spec.graphdef, task.kind, state.params, state.consts, fixed),
@@ -131,18 +133,12 @@ def probe(run: RunConfig, num_steps: int) -> dict:
             rec.setdefault("grad_bottom", []).append(float(grads[0]))
             rec.setdefault("grad_top", []).append(float(grads[-1]))
 
-    def on_step(done, state, metrics):
-        out["lr"].append(float(metrics["lr"]))
-        out["loss"].append(float(metrics["loss"]))
-        if done == 1:
-            at["first"] = time.time() - start  # data, model, the compiles of the probe and the step, and step 0
-        if int(state.diverged_at) >= 0:
-            at["diverged"] = int(state.diverged_at)  # the parameters are frozen from here: probe once more and stop
-        measure(done, state)
-        return at["diverged"] is not None
-
-    measure(0, state)
-    run_steps(state, lambda state, t: fns.train(spec, state, task.train.batch(t)), 0, num_steps, on_step)
+    # every step probed; a diverged run's parameters are frozen from its flag: probed once more, then it stops
+    state, metrics, _ = train_probed(spec, state, task.train.batch, num_steps, [Probe(1, measure)])
+    for key in ("lr", "loss"):
+        out[key] = [float(m[key]) for m in metrics]
+    diverged = int(state.diverged_at)
+    at["diverged"] = diverged if diverged >= 0 else None
     diverged, norm0, first = at["diverged"], at["norm0"], at["first"]
     t = run.train
     return out | {

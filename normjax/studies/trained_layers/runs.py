@@ -95,7 +95,7 @@ def train_run(config, run: str, seed: int) -> dict:
     start = time.time()
     dev_init = block_dev(model, jac_tokens)
     state = nt.init_state(spec, model, seed, hp)
-    probe = Probe(config.probe_every, lambda state, batch: _probe(spec, state, held_out))
+    probe = Probe(config.probe_every, lambda step, state, batch: _probe(spec, state, held_out))
     state, metrics, (measured,) = train_probed(
         spec, state, batches.batch, config.num_steps, [probe], config.divergence_check_every
     )
