@@ -8,7 +8,7 @@ import math
 import normjax
 from normjax import specs
 from normjax import train as nt
-from normjax.train import job
+from normjax.train import data_text, job
 
 
 def model_config(config, run: str, depth: int, scan_layers: bool) -> normjax.ModelConfig:
@@ -36,6 +36,11 @@ def data(config, seed: int):
     corpus, spec = _corpus(config.max_bytes), nt.BatchSpec(batch_size=config.batch_size)
     train = nt.LMBatches(corpus["train"], config.seq_len, spec, seed=config.data_seed + seed)
     return train, nt.LMBatches(corpus["valid"], config.seq_len, spec, shuffle=False).batch(0)
+
+
+def data_record(config) -> dict:
+    """What names the data: the sha256 of the corpus bytes read (train and valid) and where they came from."""
+    return data_text.byte_corpus_record(max_bytes=config.max_bytes) | {"task": "bytes_lm (stdlib sources)"}
 
 
 def hparams(config, vocab_size: int, lr: float, warmup: int, num_steps: int) -> dict:

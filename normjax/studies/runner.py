@@ -7,6 +7,7 @@ import datetime
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import logging
 import os
@@ -64,18 +65,44 @@ def _imported_names(module) -> set[str]:
     }
 
 
+def _imported_in_functions(module) -> list[str]:
+    """The normjax modules `module` imports inside its functions (imports on first use, which vars() misses): for
+    `from normjax.x import y`, normjax.x.y when y is a module, else normjax.x."""
+    names = []
+    for fn in ast.walk(ast.parse(inspect.getsource(module))):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names if alias.name.split(".")[0] == "normjax"]
+            elif (
+                isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "normjax"
+            ):
+                for alias in node.names:
+                    names.append(_module_or_parent(node.module, alias.name))
+    return names
+
+
+def _module_or_parent(parent: str, name: str) -> str:
+    """`parent.name` when it is a module, else `parent` (name is a function, class or constant of it)."""
+    if not hasattr(importlib.import_module(parent), "__path__"):  # a plain module has no submodules
+        return parent
+    return f"{parent}.{name}" if importlib.util.find_spec(f"{parent}.{name}") is not None else parent
+
+
 def _code_modules(module, seen: set) -> None:
     """`module` and every normjax module it uses, directly or through another one (rules excluded). A module
     counts as used when `module` imports it or a name from it: a package's other submodules do not."""
     seen.add(module)
     imported = _imported_names(module)
-    for name, value in vars(module).items():
+    for name, value in list(vars(module).items()):  # importing below can add submodules to a package
         if inspect.ismodule(value) and name not in imported:
             continue
         used = value if inspect.ismodule(value) else inspect.getmodule(value)
         if used is not None and used not in seen and _measured_by(used):
             _code_modules(used, seen)
-    for target in getattr(module, "_LAZY", {}).values():  # names a package loads on first use (PEP 562)
+    lazy = getattr(module, "_LAZY", {}).values()  # names a package loads on first use (PEP 562)
+    for target in [*lazy, *_imported_in_functions(module)]:
         used = importlib.import_module(target)
         if used not in seen and _measured_by(used):
             _code_modules(used, seen)

@@ -3,32 +3,25 @@
 import json
 import os
 
-from normjax import io
+import normjax
+from normjax import io, train
+from normjax.studies import runner
 from normjax.studies.warmup_ablation import measure, runs_code
 from normjax.train.config_io import default_config, sweep_axes
 
 
-def _fake_package(root):
-    for rel in ("model.py", "train/steps.py", "studies/x/measure.py", "report/table.py", "plotting.py", "threshold.py"):
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# {rel}\n")
-    return root
+def _sweep_files() -> set[str]:
+    return {os.path.relpath(f, os.path.dirname(normjax.__file__)) for f in runner.code_files(train.run_sweep)}
 
 
-def test_training_code_changes_with_training_files_only(tmp_path, monkeypatch):
-    monkeypatch.setattr(runs_code, "_PACKAGE", str(_fake_package(tmp_path / "normjax")))
-    before = runs_code.training_code()
-    for rel in ("studies/x/measure.py", "report/table.py", "plotting.py", "threshold.py"):
-        (tmp_path / "normjax" / rel).write_text("# an analysis change\n")
-        assert runs_code.training_code() == before, rel
-    for rel in ("model.py", "train/steps.py"):
-        (tmp_path / "normjax" / rel).write_text("# a training change\n")
-        changed = runs_code.training_code()
-        assert changed != before, rel
-        before = changed
-    (tmp_path / "normjax" / "train" / "new.py").write_text("")  # a new training module counts too
-    assert runs_code.training_code() != before
+def test_training_code_is_the_runners_fingerprint_of_the_sweep_engine(monkeypatch):
+    assert runs_code.training_code() == runner.code_fingerprint(train.run_sweep)
+    files = _sweep_files()
+    assert {"model.py", "placements.py", "train/steps.py", "train/optimizers.py", "train/data_text.py"} <= files
+    assert "train/data_gettext.py" in files  # imported only inside functions (config_io, tasks)
+    assert not {f for f in files if f.startswith(("studies/", "report/", "experiments/")) or f == "plotting.py"}
+    monkeypatch.setattr(runner, "_imported_in_functions", lambda module: [])
+    assert "train/data_gettext.py" not in _sweep_files()  # what the import walk missed before
 
 
 def test_runs_of_other_or_unknown_code_are_dropped(tmp_path):

@@ -6,6 +6,7 @@ from tqdm import tqdm
 
 from normjax import specs
 from normjax.jacobian import fits
+from normjax.studies.byte_lm import data_record
 from normjax.studies.deep_training.runs import data, final_loss, probe_steps, summarize, train_run
 from normjax.studies.seeds import seeds as seed_list
 from normjax.train.tasks import unigram_nll
@@ -91,7 +92,8 @@ def compute(config, study) -> dict:
         "stall_margin": STALL_MARGIN,
     }
     unigram = unigram_nll(data(config, seeds[0])[0])  # H(p) of the training stream (every seed's order)
-    results = {"setup": setup, "seeds": seeds, "runs": {}, "summary": {}, "unigram_nll": unigram}
+    results = {"setup": setup, "seeds": seeds, "data": data_record(config), "runs": {}, "summary": {}}
+    results["unigram_nll"] = unigram
     for depth, run in tqdm(jobs, desc="deep_training", unit="run"):
         key = f"{specs.parse(run).file_key}-L{depth}"
         recs = [study.cached(f"{key}-s{s}", lambda r=run, d=depth, s=s: train_run(config, r, d, s)) for s in seeds]

@@ -8,10 +8,9 @@ import numpy as np
 from tqdm import tqdm
 
 from normjax import specs
-from normjax.studies.byte_lm import data
+from normjax.studies.byte_lm import data, data_record
 from normjax.studies.seeds import seeds as seed_list
 from normjax.studies.trained_layers.runs import probe_steps, train_run
-from normjax.train.data_text import byte_corpus_record
 from normjax.train.tasks import unigram_nll
 
 
@@ -58,7 +57,7 @@ def compute(config, study) -> dict:
     results = {
         "setup": setup,
         "seeds": seeds,
-        "data": byte_corpus_record(max_bytes=config.max_bytes) | {"task": "bytes_lm (stdlib sources)"},
+        "data": data_record(config),
         "unigram_nll": unigram_nll(data(config, seeds[0])[0]),
         "runs": {},
         "summary": {},

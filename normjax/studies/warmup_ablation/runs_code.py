@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
 
-from normjax import io
+from normjax import io, train
+from normjax.studies.runner import code_fingerprint
 
 MARKER = "runs_code.json"  # beside the run folders: {"code": the training_code() they were trained by}
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # normjax/
-_NOT_TRAINING = ("studies", "report", "plotting.py", "threshold.py")  # analysis, figures, rules' thresholds
 
 
 def training_code() -> str:
-    """sha256 (16 hex) of every normjax source file outside the studies, the report, plotting and the rules'
-    thresholds: all the code that can change what a run trains (model, train, data, jacobian), lazily imported
-    modules included."""
-    digest = hashlib.sha256()
-    for root, dirs, files in os.walk(_PACKAGE):
-        dirs[:] = sorted(d for d in dirs if not (root == _PACKAGE and d in _NOT_TRAINING) and d != "__pycache__")
-        for name in sorted(f for f in files if f.endswith(".py")):
-            rel = os.path.relpath(os.path.join(root, name), _PACKAGE)
-            if rel in _NOT_TRAINING:
-                continue
-            with open(os.path.join(root, name), "rb") as f:
-                digest.update(rel.encode() + b"\0" + f.read())
-    return digest.hexdigest()[:16]
+    """The studies' one code fingerprint (runner.code_fingerprint) of the sweep engine, train.run_sweep: every
+    normjax module a run's training reaches (model, train, data, jacobian), imports inside functions included;
+    not the studies, the report or plotting."""
+    return code_fingerprint(train.run_sweep)
 
 
 def drop_runs_of_other_code(folder: str, names: list[str]) -> list[str]:
