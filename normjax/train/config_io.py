@@ -137,7 +137,26 @@ def parse(config, num_devices: int = 1) -> RunConfig:
             f"config.train.weight_decay={train.weight_decay} needs config.train.optimizer "
             f"'adamw', 'sgd' or 'muon', not {train.optimizer!r}"
         )
+    _check_parametrization(train, model)
     return RunConfig(model=model, data=data, train=train)
+
+
+def _check_parametrization(train: TrainConfig, model: dict) -> None:
+    """CompleteP needs Adam / AdamW and the model's forward branch multiplier; base_width needs CompleteP."""
+    key = "config.train.parametrization"
+    if train.parametrization == "standard":
+        if train.base_width:
+            raise ConfigError(f"config.train.base_width={train.base_width} needs {key}='completep'")
+        return
+    if train.optimizer not in ("adam", "adamw"):
+        raise ConfigError(f"{key}='completep' needs config.train.optimizer 'adam' or 'adamw', not {train.optimizer!r}")
+    alpha = model["branch_multiplier_alpha"]
+    if alpha is None or not 0.5 <= alpha <= 1.0:
+        raise ConfigError(
+            f"{key}='completep' needs config.model.branch_multiplier_alpha in [0.5, 1] (1.0 for CompleteP, "
+            f"the forward half x + (L / L_base)^-alpha F(x), L_base = config.model.branch_multiplier_base_depth); "
+            f"got {alpha!r}"
+        )
 
 
 def _check_data(data: DataConfig) -> None:

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import math
 
+from normjax.train.completep import PARAMETRIZATIONS
 from normjax.train.optimizers import OPTIMIZERS
 from normjax.train.schedules import SCHEDULES
 
@@ -96,6 +97,10 @@ class TrainConfig:
     momentum: float = _f(0.9, lo=0.0, hi=1.0)
     nesterov: bool = _f(False)
     weight_decay: float = _f(0.0, lo=0.0)
+    # "completep": CompleteP's per-group lr / eps / weight decay (normjax.train.completep) relative to a base of
+    # depth model.branch_multiplier_base_depth and width base_width (0 = model.d_model); Adam / AdamW only
+    parametrization: str = _f("standard", choices=PARAMETRIZATIONS)
+    base_width: int = _f(0, lo=0)
     lr: float = _f(5e-4, lo=0.0, lo_open=True)
     schedule: str = _f("inverse_sqrt", choices=SCHEDULES)
     warmup_steps: int = _f(4000, lo=0)

@@ -15,7 +15,7 @@ from flax import nnx
 
 import normjax
 from normjax import io
-from normjax.train import compile_cache, decode, metric_writers, records, sharding, steps
+from normjax.train import compile_cache, completep, decode, metric_writers, records, sharding, steps
 from normjax.train.batching import BatchSpec
 from normjax.train.checkpoint import REJECTED, Checkpointer, fingerprint
 from normjax.train.config_io import ConfigError, RunConfig, TrainConfig, divergence_loss, model_config
@@ -59,7 +59,8 @@ def hparams(run: RunConfig, cfg: normjax.ModelConfig) -> dict:
 
 def step_spec(run: RunConfig, model: nnx.Module, kind: str) -> steps.StepSpec:
     t = run.train
-    opt = OptimizerSpec(t.optimizer, t.b1, t.b2, t.eps, t.momentum, t.nesterov)
+    cp = completep.from_model(model.cfg, t.base_width) if t.parametrization == "completep" else None
+    opt = OptimizerSpec(t.optimizer, t.b1, t.b2, t.eps, t.momentum, t.nesterov, cp)
     return steps.StepSpec(nnx.graphdef(model), kind, t.schedule, opt)
 
 

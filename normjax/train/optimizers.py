@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from normjax.train import completep as completep_rules
 from normjax.train import gi_adam
 
 # gi_adam.NAMES: GI-Adam and Adam with warmup on part of the stack (the answer study's interventions)
@@ -25,10 +26,13 @@ class OptimizerSpec:
     eps: float = 1e-9
     momentum: float = 0.9
     nesterov: bool = False
+    completep: completep_rules.CompleteP | None = None  # per-group lr / eps / weight decay (None: one for all)
 
     def __post_init__(self):
         if self.name not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.name!r}; valid choices: {', '.join(OPTIMIZERS)}")
+        if self.completep is not None and self.name not in ("adam", "adamw"):
+            raise ValueError(f"CompleteP's rules are for Adam / AdamW (its eps rule), not optimizer {self.name!r}")
 
 
 def _key_name(key) -> str:
@@ -66,6 +70,8 @@ def direction(spec: OptimizerSpec) -> optax.GradientTransformation:
             muon_weight_dimension_numbers=muon_dimensions,
             consistent_rms=MUON_RMS,
         )
+    if spec.completep is not None:
+        return completep_rules.direction(spec.completep, spec.b1, spec.b2, spec.eps)
     if spec.name in gi_adam.NAMES:
         return gi_adam.direction(spec.name, spec.b1, spec.b2, spec.eps)
     if spec.name in ("adam", "adamw"):
@@ -99,8 +105,13 @@ def updates(spec: OptimizerSpec, grads, opt_state, params, lr, weight_decay):
 
     Returns:
       (updates, new_opt_state); apply with `optax.apply_updates(params, updates)`.
+
+    With `spec.completep` the lr and weight decay of each group are multiplied by its CompleteP multipliers
+    (`normjax.train.completep`), and decay is on the embedding and hidden weight groups only.
     """
     step_dir, opt_state = direction(spec).update(grads, opt_state, params)
+    if spec.completep is not None:
+        return completep_rules.updates(spec.completep, step_dir, params, lr, weight_decay), opt_state
 
     def one(u, p):
         decay = weight_decay * p if p.ndim >= 2 else jnp.zeros_like(p)
