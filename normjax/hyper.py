@@ -1,15 +1,18 @@
-"""Hyper-connections (Zhu et al. 2024) and mHC (DeepSeek 2025): n residual streams mixed around each branch."""
+"""Hyper-connections (Zhu et al. 2024), mHC (DeepSeek 2025), mHC-lite (2026): n streams mixed around each branch."""
 
 from __future__ import annotations
+
+import itertools
 
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-HYPER_KINDS = ("shc", "dhc", "mhc")  # static HC, dynamic HC, manifold-constrained HC
+HYPER_KINDS = ("shc", "dhc", "mhc", "mhc_lite")  # static HC, dynamic HC, manifold-constrained HC, mHC-lite
 DEFAULT_STREAMS = 4  # n = 4, the expansion rate of both papers' main runs
 DEFAULT_SINKHORN_ITERS = 20  # t_max = 20 (mHC; lucidrains sinkhorn_iters, DeepSeek-V4 hc_sinkhorn_iters)
-DYNAMIC_SCALE_INIT = 1e-2  # s_alpha, s_beta (HC) and alpha_pre, alpha_post, alpha_res (mHC) at init
+DYNAMIC_SCALE_INIT = 1e-2  # s_alpha, s_beta (HC) and alpha_pre, alpha_post, alpha_res (mHC, mHC-lite) at init
+LITE_OFF_LOGIT = -8.0  # mHC-lite's static logit of every permutation but the identity (FFTYYY/mhc-lite mhc_lite.py 263)
 
 
 @struct.dataclass
@@ -45,6 +48,16 @@ def sinkhorn(logits_NN: jax.Array, iters: int) -> jax.Array:
     return m
 
 
+def permutation_matrices(n: int) -> jax.Array:
+    """The n! permutation matrices (n!, n, n), the identity first: P_r[i, j] = 1 where stream j goes into stream i.
+
+    FFTYYY/mhc-lite `hyper_conn/mhc_lite.py` lines 50-63 (`eye[index]` over `itertools.permutations`, there applied
+    as `einsum(alpha, residuals, 'f1 s f2 t, f1 s d -> f2 t d')`, lines 363 and 389: the transpose of each).
+    """
+    perms = jnp.asarray(list(itertools.permutations(range(n))))
+    return jnp.eye(n)[perms].swapaxes(-1, -2)
+
+
 class HyperConnection(nnx.Module):
     """The mixing matrices of one sublayer: H_pre (n), H_post (n), H_res (n, n), static or per token.
 
@@ -55,30 +68,40 @@ class HyperConnection(nnx.Module):
     W = 0 and s = 1e-2 at init. "mhc" (Xie et al. 2025, eqs. 7-8): with x' = vec(x) / rms(vec(x)) over n D,
     H_pre = sigmoid(alpha_pre x' phi_pre + b_pre), H_post = 2 sigmoid(alpha_post x' phi_post + b_post),
     H_res = Sinkhorn(alpha_res mat(x' phi_res) + b_res); b the static part above, phi = 0 and alpha = 1e-2 at init.
+    "mhc_lite" (Yang et al. 2026, arXiv 2601.05732): mHC's H_pre and H_post, x' times a learned gain g (1 at init),
+    and H_res = sum_r a_r P_r, a = softmax(alpha_res x' phi_res + b_res) over the n! permutation matrices P_r:
+    doubly stochastic exactly. Its static init (FFTYYY/mhc-lite `hyper_conn/mhc_lite.py` lines 261-290):
+    b_pre = b_post = 2 e_k - 1 (+1 on stream k, -1 elsewhere), b_res = 0 on the identity, -8 on the others.
     """
 
     def __init__(self, kind: str, n: int, d: int, k, *, make_norm, eps: float, sinkhorn_iters: int, param_dtype):
         self.kind, self.n, self.eps, self.iters = kind, n, eps, sinkhorn_iters
-        self.pre = nnx.Param(jax.nn.one_hot(jnp.asarray(k) % n, n, dtype=param_dtype))  # k traced under nnx.vmap
-        self.res = nnx.Param(jnp.eye(n, dtype=param_dtype))
-        self.post = nnx.Param(jnp.ones((n,), param_dtype))
+        e_k = jax.nn.one_hot(jnp.asarray(k) % n, n, dtype=param_dtype)  # k traced under nnx.vmap
+        lite = kind == "mhc_lite"
+        self.pre = nnx.Param(2 * e_k - 1 if lite else e_k)
+        self.post = nnx.Param(2 * e_k - 1 if lite else jnp.ones((n,), param_dtype))
+        r = len(permutation_matrices(n)) if lite else n * n  # H_res's logits: one per permutation, or per entry
+        lite_res = jnp.full((r,), LITE_OFF_LOGIT, param_dtype).at[0].set(0)  # the identity permutation first
+        self.res = nnx.Param(lite_res if lite else jnp.eye(n, dtype=param_dtype))
         scale = lambda: nnx.Param(jnp.full((), DYNAMIC_SCALE_INIT, param_dtype))
         zeros = lambda *shape: nnx.Param(jnp.zeros(shape, param_dtype))
         self.norm = make_norm(d) if kind == "dhc" else None
+        self.gain = nnx.Param(jnp.ones((n * d,), param_dtype)) if lite else None
         if kind == "dhc":
             self.w_pre, self.w_res, self.w_post = zeros(d), zeros(d, n), zeros(d)
             self.scale_alpha, self.scale_beta = scale(), scale()
-        elif kind == "mhc":
-            self.w_pre, self.w_res, self.w_post = zeros(n * d, n), zeros(n * d, n * n), zeros(n * d, n)
+        elif kind in ("mhc", "mhc_lite"):
+            self.w_pre, self.w_res, self.w_post = zeros(n * d, n), zeros(n * d, r), zeros(n * d, n)
             self.alpha_pre, self.alpha_res, self.alpha_post = scale(), scale(), scale()
 
     def matrices(self, x_BTND: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(H_pre (B, T, n), H_post (B, T, n), H_res (B, T, n, n)) for the stacked streams, float32 or wider."""
         ct = jnp.promote_types(x_BTND.dtype, jnp.float32)
-        names = ("pre", "res", "post", "w_pre", "w_res", "w_post")
-        scales = {"dhc": ("scale_alpha", "scale_beta"), "mhc": ("alpha_pre", "alpha_res", "alpha_post")}
+        names = ("pre", "res", "post", "w_pre", "w_res", "w_post", "gain")
+        mhc = ("alpha_pre", "alpha_res", "alpha_post")
+        scales = {"dhc": ("scale_alpha", "scale_beta"), "mhc": mhc, "mhc_lite": mhc}
         names += scales.get(self.kind, ())
-        p = {k: getattr(self, k)[...].astype(ct) for k in names if hasattr(self, k)}
+        p = {k: getattr(self, k)[...].astype(ct) for k in names if getattr(self, k, None) is not None}
         lead = x_BTND.shape[:-2]
         pre, res, post = (jnp.broadcast_to(p[k], lead + p[k].shape) for k in ("pre", "res", "post"))
         if self.kind == "shc":
@@ -89,10 +112,13 @@ class HyperConnection(nnx.Module):
             res = res + p["scale_alpha"] * jnp.tanh(jnp.einsum("...jd,di->...ij", xbar, p["w_res"]))
             return pre, post + p["scale_beta"] * jnp.tanh(xbar @ p["w_post"]), res
         flat = x_BTND.astype(ct).reshape(lead + (-1,))
-        flat = flat * jax.lax.rsqrt((flat**2).mean(-1, keepdims=True) + self.eps)
+        flat = flat * jax.lax.rsqrt((flat**2).mean(-1, keepdims=True) + self.eps) * p.get("gain", 1)
         pre = jax.nn.sigmoid(p["alpha_pre"] * (flat @ p["w_pre"]) + pre)
         post = 2 * jax.nn.sigmoid(p["alpha_post"] * (flat @ p["w_post"]) + post)
-        logits = p["alpha_res"] * (flat @ p["w_res"]).reshape(lead + (self.n, self.n)) + res
+        logits = p["alpha_res"] * (flat @ p["w_res"]).reshape(res.shape) + res
+        if self.kind == "mhc_lite":  # convex weights of the permutations: exactly doubly stochastic
+            coeffs = jax.nn.softmax(logits, axis=-1)
+            return pre, post, jnp.einsum("...r,rij->...ij", coeffs, permutation_matrices(self.n).astype(ct))
         return pre, post, sinkhorn(logits, self.iters)
 
 

@@ -422,6 +422,23 @@ _ENTRIES += (
         "model.py Block.hc_pre / hc_post (vec(X) / rms over n D, the branch's own norm after hc_pre)",
         hyper_streams=True,
     ),
+    Placement(
+        "mhc_lite",
+        "mHC-lite",
+        "#fd8d3c",
+        _same(Wiring(hyper.hyper, hyper="mhc_lite")),
+        final_norm=True,
+        formula="X = H_res X + H_post^T F(N(H_pre X)), H_res = sum_r softmax(.)_r P_r over the n! permutation "
+        "matrices, H_pre = sigmoid(.), H_post = 2 sigmoid(.)",
+        reference="Yang et al. 2026 (mHC-lite, arXiv 2601.05732)",
+        notes="`mhc` with H_res exactly doubly stochastic (no Sinkhorn); authors' init: static logits of H_pre, "
+        "H_post +1 on stream k mod n, -1 elsewhere, of H_res 0 on the identity, -8 on the others; gain on "
+        "vec(X) / rms, alpha = 0.01, phi = 0",
+        source="FFTYYY/mhc-lite (commit ea19775) hyper_conn/mhc_lite.py lines 50-63 (permutation matrices), "
+        "109-117 (RMSNorm with gain over n D), 246-302 (init), 345-389 (softmax over permutations, sigmoid, "
+        "2 sigmoid), 428 (depth connection)",
+        hyper_streams=True,
+    ),
 )
 _GPAS_CODE = (
     "dandingsky/GPAS (commit 3198068) peft_pretraining/modeling_llama.py lines 261-268 (GPASBlock: x - "

@@ -57,7 +57,7 @@ def test_final_norm_is_automatic_by_placement(placement):
     # The stream leaves these un-normalized (HybridNorm's code ends with ln_f too): they get a final norm.
     with_final = ("pre", "sandwich", "peri_ln", "branch_post", "layerscale", "mixln", "hybrid", "hybrid_first")
     with_final += ("lns",)  # LayerNorm Scaling is Pre-LN with scaled norm outputs (keel and b2t end in a norm)
-    with_final += ("shc", "dhc", "mhc")  # hyper-connections read out N(sum of the streams)
+    with_final += ("shc", "dhc", "mhc", "mhc_lite")  # hyper-connections read out N(sum of the streams)
     with_final += ("pre_gpas", "sandwich_gpas")  # GPAS keeps its base placement's final norm (deepnorm_gpas: none)
     expected = placement in with_final + ("hybrid_star", "subln", "normformer", "resi_dual")
     assert cfg.has_final_norm("decoder") is expected

@@ -67,7 +67,7 @@ def _expected_sublayer(block, sub, x, records, name, x_in):
     if placement == "normformer":
         placement = "sandwich" if sub.name == "attn" else "pre"
     placement = {"peri_ln": "sandwich", "hybrid_first": "pre", "subln": "pre", "lns": "pre"}.get(placement, placement)
-    placement = "hyper" if placement in ("shc", "dhc", "mhc") else placement
+    placement = "hyper" if placement in normjax.hyper.HYPER_KINDS else placement
     gate = block.gate[...] if block.gate is not None else (sub.gate[...] if sub.gate is not None else 0)
     return {
         "post": lambda: sub.norm(x + out),
