@@ -69,6 +69,7 @@ class Sublayer(nnx.Module):
         self.lns_scale = None if depth_scale is None else nnx.Variable(depth_scale)
         self.norm = make(d) if wiring.norms >= 1 else None
         self.norm2 = make(d) if wiring.norms >= 2 else None
+        self.norm3 = make(d) if wiring.norms >= 3 else None
         self.alpha = init.deepnorm_alpha
         self.omega = nnx.Param(jnp.full((d,), init.admin_omega, pdt)) if wiring.omega else None
         gate_shape = {"scalar": None if shared_gate else (), "channel": (d,)}.get(wiring.gate)

@@ -69,8 +69,9 @@ class ModelConfig:
     (PaLM 1e-4, OLMo 2 1e-5); `branch_multiplier_alpha` multiplies every branch output by (L / L_base)^-alpha, L the
     stack depth and L_base `branch_multiplier_base_depth` (CompleteP alpha = 1, depth-muP alpha = 1/2).
 
-    Hyper-connections (`shc`, `dhc`, `mhc`): `hyper_streams` is the number n of residual streams (None = 4, the
-    papers' n), `sinkhorn_iters` mHC's Sinkhorn-Knopp iterations (None = 20); each is refused where no layer reads it.
+    Hyper-connections (`shc`, `dhc`, `mhc`, `mhc_lite`): `hyper_streams` is the number n of residual streams (None =
+    4, the papers' n), `sinkhorn_iters` mHC's Sinkhorn-Knopp iterations (None = 20); each is refused where no layer
+    reads it.
 
     The modded-nanogpt speedrun's skips (`normjax.skips`, docs/placements.md): `value_residual` mixes every self
     attention's values with block 0's, v = (1 - lam_l) v + lam_l v_1 (lam_l = 0.5 at init); `x0_lambdas` starts
@@ -126,7 +127,7 @@ class ModelConfig:
         None  # branch outputs times (L / L_base)^-alpha (CompleteP 1, depth-muP 1/2)
     )
     branch_multiplier_base_depth: int = 1  # L_base
-    hyper_streams: int | None = None  # n residual streams of shc / dhc / mhc; None = 4
+    hyper_streams: int | None = None  # n residual streams of shc / dhc / mhc / mhc_lite; None = 4
     sinkhorn_iters: int | None = None  # mhc's Sinkhorn-Knopp iterations t_max; None = 20
     value_residual: bool = False  # speedrun: v = (1 - lam_l) v + lam_l v_1 in every self attention, lam_l = 0.5
     x0_lambdas: bool = False  # speedrun: x = a_l x + c_l x_0 at every block's start, (a_l, c_l) = (1, 0)
@@ -178,7 +179,7 @@ class ModelConfig:
         self._check_attn_gate()
         for stack in self.stacks:
             if self.final_norm is False and self.has_dual_stream(stack):
-                _fail("final_norm", False, "resi_dual's output x_L + N(d_L) needs its norm; use None or True")
+                _fail("final_norm", False, "a two-stream output (resi_dual, siamese) needs its norm; use None or True")
         self._check_ngpt()
         if self.theory and self.num_heads != 1:
             _fail("num_heads", self.num_heads, "theory=True is Xiong et al.'s single-head setting; use 1")
@@ -218,6 +219,8 @@ class ModelConfig:
             if len(kinds) > 1:
                 which = ", ".join(f"{p} carries {k!r}" for k, p in kinds.items())
                 _fail("placement", self.placement, f"the {stack} stack mixes stream kinds ({which}); one per stack")
+            if len({registry.get(p).stream_norms for p in self.layer_placements(stack)}) > 1:
+                _fail("placement", self.placement, f"the {stack} stack mixes resi_dual's and siamese's read-outs")
         for name, readers in (("hyper_streams", hyper.HYPER_KINDS), ("sinkhorn_iters", ("mhc",))):
             value = getattr(self, name)
             if value is None:

@@ -152,6 +152,9 @@ class Stack(nnx.Module):
         self.skips, self.x0_lambdas, self.value_residual = cfg.has_skips, cfg.x0_lambdas, cfg.value_residual
         self.layers = _make_layers(cfg, stack, rngs)
         self.final_norm = norm_factory(cfg, "final")(cfg.d_model) if cfg.has_final_norm(stack) else None
+        # SiameseNorm: N_a, N_b on the two streams before the final norm reads their sum
+        two = registry.get(cfg.layer_placements(stack)[0]).stream_norms
+        self.stream_norms = nnx.List([norm_factory(cfg, "final")(cfg.d_model) for _ in "ab"]) if two else None
 
     def block(self, l: int) -> Block:
         """Block l as a module (a copy of the l-th slice when the layers are scanned)."""
@@ -212,10 +215,13 @@ class Stack(nnx.Module):
         return HyperStreams((x,) * self.hyper_streams) if self.hyper_streams else x
 
     def final_norm_input(self, last):
-        """What the final norm reads from the last state: x_L; d_L for ResiDual; the sum of the streams for
+        """What the final norm reads from the last state: x_L; d_L for ResiDual; N_a(x_L) + N_b(d_L) for SiameseNorm
+        (Qwen-Applications/SiameseNorm `deit-model-siamesenorm.py` line 355); the sum of the streams for
         hyper-connections (lucidrains `hyper_connections.py` line 61, `reduce_stream` by sum); x_L of a SkipStream."""
         if self.skips:
             return last.x
+        if self.stream_norms is not None:
+            return self.stream_norms[0](last.x) + self.stream_norms[1](last.d)
         if self.dual:
             return last.d
         return last.total() if self.hyper_streams else last
@@ -223,10 +229,10 @@ class Stack(nnx.Module):
     def output(self, last):
         """The stack output from its last state: N(x_L) (x_L without a final norm); x_L + N(d_L) for ResiDual
         (microsoft/ResiDual `resi_dual/resi_dual.py` lines 131 and 283, `x * alpha + layer_norm(res)`, alpha = 1);
-        N(sum of the streams) for hyper-connections."""
+        N(sum of the streams) for hyper-connections; N(N_a(x_L) + N_b(d_L)) for SiameseNorm."""
         z = self.final_norm_input(last)
         z = z if self.final_norm is None else self.final_norm(z)
-        return last.x + z if self.dual else z
+        return last.x + z if self.dual and self.stream_norms is None else z
 
     def __call__(self, x, ctx: BlockContext, key=None, record: bool = False):
         """(output, records, last state): x_L (a DualStream (x_L, d_L) for ResiDual, the HyperStreams for

@@ -138,7 +138,7 @@ class Wiring:
 
     Attributes:
       fn: the wiring function.
-      norms: norms around the branch (0, 1 or 2: `s.norm`, `s.norm2`).
+      norms: norms around the branch (0 to 3: `s.norm`, `s.norm2`, `s.norm3`; 3 for SiameseNorm).
       gate: "none", "scalar" or "channel".
       qkv_norm: attention roles ("q", "k", "v") normalised per head inside the branch.
       inner_norm: a norm inside the branch: before the attention's output projection (self attention only,
@@ -147,9 +147,10 @@ class Wiring:
       omega: a learned per-channel weight on the residual (Admin's omega).
       hypersphere: nGPT: the gate is the per-channel eigen learning rate, the branches are nGPT's attention
         and MLP (`layers.NGPTMLP`), the block has no norm module and no biases.
-      depth_scaled: LNS: the sublayer holds 1/sqrt(l) (`s.lns_scale`, l = block index + 1), a fixed variable.
+      depth_scaled: LNS and SiameseNorm: the sublayer holds 1/sqrt(l) (`s.lns_scale`, l = block index + 1), a
+        fixed variable.
       block_skip: B2T: the wiring also reads the block's input (`fn(s, x, F, rec, gate, x_in)`).
-      hyper: hyper-connections: the kind ("shc", "dhc", "mhc") of the sublayer's mixing matrices
+      hyper: hyper-connections: the kind (`normjax.hyper.HYPER_KINDS`) of the sublayer's mixing matrices
         (`s.hyper`, a `normjax.hyper.HyperConnection`); the wiring maps `normjax.HyperStreams`.
     """
 

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from normjax import hyper, init, placements
+from normjax import hyper, init, placements, siamese
 from normjax.placements import Wiring
 
 SUBLAYERS = ("attn", "cross", "ffn")
@@ -37,6 +37,8 @@ class Placement:
         at init); nGPT's weight renormalisation.
       hyper_streams: the block maps n hyper-connection streams (`normjax.HyperStreams`, n = `ModelConfig.
         hyper_streams`); the stack starts from n copies of x_0 and its output is N(sum of the streams).
+      stream_norms: a dual-stream stack outputs N(N_a(x_L) + N_b(d_L)) (SiameseNorm: a norm on each stream, the
+        final norm on their sum) instead of ResiDual's x_L + N(d_L).
     """
 
     name: str
@@ -55,6 +57,7 @@ class Placement:
     dual_stream: bool = False
     post_update: Callable | None = None
     hyper_streams: bool = False
+    stream_norms: bool = False
 
     @property
     def stream_kind(self) -> str:
@@ -483,6 +486,25 @@ _ENTRIES += (
         init=init.deepnorm_rule,
         shared_gate=True,
         source=_GPAS_CODE + "535-553 (deeppost_gpas forward: the skip scaled, the branch input not)",
+    ),
+)
+_ENTRIES += (
+    Placement(
+        "siamese",
+        "SiameseNorm",
+        "#8c6d31",
+        _same(Wiring(siamese.siamese, norms=3, depth_scaled=True)),
+        final_norm=True,
+        formula="x' = N_x(x), u = N(x' + N_d(d)), x = x' + F(u) / (sqrt(2) sqrt(l)), d = d + F(u); x_0 = d_0 = "
+        "embeddings, output N_f(N_a(x_L) + N_b(d_L))",
+        reference="Li et al. 2026 (SiameseNorm, arXiv 2602.08064)",
+        notes="two streams (`normjax.DualStream`: x Post-LN-like, d Pre-LN-like) sharing each branch; l = 1..L the "
+        "block's position; base init; N_f is the final norm",
+        source="Qwen-Applications/SiameseNorm (commit 70efa00) deit-model-siamesenorm.py lines 204-226 (block: "
+        "post_norm, pre_norm, input_norm, c = sqrt(2 (index + 1))), 285-287 and 352-356 (y = x, output "
+        "final_norm(pre_norm(x) + post_norm(y))); dit-model-siamesenorm.py lines 123-134, 264-267",
+        dual_stream=True,
+        stream_norms=True,
     ),
 )
 REGISTRY: dict[str, Placement] = {p.name: p for p in _ENTRIES}

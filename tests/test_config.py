@@ -59,9 +59,9 @@ def test_final_norm_is_automatic_by_placement(placement):
     with_final += ("lns",)  # LayerNorm Scaling is Pre-LN with scaled norm outputs (keel and b2t end in a norm)
     with_final += ("shc", "dhc", "mhc", "mhc_lite")  # hyper-connections read out N(sum of the streams)
     with_final += ("pre_gpas", "sandwich_gpas")  # GPAS keeps its base placement's final norm (deepnorm_gpas: none)
-    expected = placement in with_final + ("hybrid_star", "subln", "normformer", "resi_dual")
+    expected = placement in with_final + ("hybrid_star", "subln", "normformer", "resi_dual", "siamese")
     assert cfg.has_final_norm("decoder") is expected
-    if placement == "resi_dual":  # its output x_L + N(d_L) needs the norm: final_norm=False is refused
+    if placement in ("resi_dual", "siamese"):  # x_L + N(d_L), N(N_a(x_L) + N_b(d_L)): final_norm=False refused
         with pytest.raises(ValueError, match="final_norm=False"):
             cfg.replace(final_norm=False)
     elif placement == "ngpt":  # unit hidden states, no norm modules: final_norm=True is refused

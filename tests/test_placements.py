@@ -84,6 +84,7 @@ def _expected_sublayer(block, sub, x, records, name, x_in):
         "b2t_ffn": lambda: sub.norm(x + out + x_in),
         "normed": lambda: sub.norm(x) + out,
         "resi_dual": lambda: normjax.DualStream(sub.norm(x.x + out), x.d + out),
+        "siamese": lambda: normjax.DualStream(sub.norm2(x.x) + out * sub.lns_scale[...] * 2**-0.5, x.d + out),
         "hyper": lambda: _hyper_expected(sub, x, out),
         "ngpt": lambda: _unit(_unit(x) + jnp.abs(gate * sub.eigen_factor) * (_unit(out) - _unit(x))),
         "pre_gpas": lambda: _gpas_value(x + out, gate),
