@@ -90,6 +90,7 @@ GROUPS = {
     ),
     "answer24_a": _answer(("post", "pre", "sandwich", "deepnorm")),
     "answer24_b": _answer(("admin", "rezero", "lns", "mhc")),
+    "answer24_c": _answer(("pre_gpas", "sandwich_gpas", "siamese", "mhc_lite")),  # 2025-2026 schemes, not judged
     "r5n1_pre": _r5_n1("pre"),
     "r5n1_mixln": _r5_n1("mixln"),
     "r5n1_lns": _r5_n1("lns"),

@@ -55,8 +55,7 @@ def test_every_layer_placement_is_measured_by_some_init_time_study():
     missing = set(registry.PLACEMENTS) - {specs.parse(text).placement for text in init_time}
     # trained only (dhc is shc at init: its dynamic weights start at 0; a GPAS placement is its base at init, alpha 0)
     gpas = {"pre_gpas", "sandwich_gpas", "deepnorm_gpas"}
-    new = {"mhc_lite", "siamese"}  # init and reference tests in tests/test_schemes_2026.py; in no study yet
-    assert missing == {"branch_post", "skipinit", "layerscale", "tfixup", "hybrid_first", "dhc"} | gpas | new, missing
+    assert missing == {"branch_post", "skipinit", "layerscale", "tfixup", "hybrid_first", "dhc"} | gpas, missing
     for module in (hidden_norms, jacobian_spectrum, grad_norms_at_init):
         assert module.get_config("paper").placements == module.PAPER_SPECS
         assert set(module.get_config("quick").placements) <= set(registry.PLACEMENTS)

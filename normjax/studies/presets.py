@@ -14,6 +14,6 @@ def preset(arg: str, presets: dict):
 # hybrid_first); each study adds or leaves out what it cannot measure.
 INIT_TIME_SPECS = (
     "post", "pre", "sandwich", "peri_ln", "deepnorm", "admin", "rezero", "hybrid", "hybrid_star", "subln",
-    "normformer", "resi_dual", "ngpt", "lns", "keel", "b2t", "shc", "mhc",
+    "normformer", "resi_dual", "ngpt", "lns", "keel", "b2t", "shc", "mhc", "mhc_lite", "siamese",
     "pre+qk_norm", "pre:scalenorm", "pre+embedding_norm",
 )  # fmt: skip

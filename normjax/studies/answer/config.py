@@ -37,7 +37,10 @@ standard (the committed report, CPU-sized): warmup_ablation's S5 cell, where Pos
   100 s each per worker, then 12 sharpness runs at 55 s in one process: 2,472 s in all.
 paper (budget, for accelerators): d 128 (FFN 256), 600 steps (the dose's 16H = 320 steps is then 1.9x short of the
   3x the method asks: a longer run should use 1000), 10 placements (post, pre, sandwich, deepnorm, admin, rezero,
-  lns, mhc, hybrid, mixln; the recipes olmo2 and pre+qk_norm are model specs the window grid cannot sweep yet):
+  lns, mhc, hybrid, mixln; the recipes olmo2 and pre+qk_norm are model specs the window grid cannot sweep yet)
+  costed below, and the 2025-2026 schemes (pre_gpas, sandwich_gpas, siamese, mhc_lite) on the same grids, which
+  adds 4/10 to the window, boundary and quality costs (about 42,000 s); accelerator group answer24_c runs them
+  at 24 layers:
     window     12 x depths {6, 12, 24} x 5 lrs (10^-3.5 .. 10^-1.5) x 1 seed: 60 x 75 + 60 x 150 + 60 x 300 s
                = 31,500 s
     boundary   2 more seeds at the cells on either side of each failure boundary (about 2 per curve, 72 curves,
@@ -49,8 +52,9 @@ paper (budget, for accelerators): d 128 (FFN 256), 600 steps (the dose's 16H = 3
                5,400 s
     sharpness  4 arms x depths {6, 12} x 3 seeds, probes every 50 steps (30 Lanczos steps each): ~24 x 250 =
                6,000 s
-  about 130,000 s of one core: 18 hours on the 2 cores, beyond one session; on one H200 (the accelerator check's
-  4-10 ms steps) about 1-2 hours. :standard is the part of it that decides A1-A5 at the S5 cell.
+  about 130,000 s of one core (172,000 s with the 2025-2026 schemes): 18 (24) hours on the 2 cores, beyond one
+  session; on one H200 (the accelerator check's 4-10 ms steps) about 1-2 (2-3) hours. :standard is the part of
+  it that decides A1-A5 at the S5 cell.
 """
 
 from __future__ import annotations
@@ -142,7 +146,7 @@ def paper_scale():
     config = _byte_lm(default_config(), d_model=128, d_ff=256, depth=6, num_steps=600)
     return add_grids(
         config, placements=("post", "pre", "sandwich", "deepnorm", "admin", "rezero", "lns", "mhc", "hybrid",
-                            "mixln"),
+                            "mixln", "pre_gpas", "sandwich_gpas", "siamese", "mhc_lite"),
         depths=(6, 12, 24), lrs=[10 ** (k / 2) for k in range(-7, -2)], dose_depth=6, dose_lr=10**-2.5,
         dose_horizons=(1, 2, 4, 8, 16), intervention_lrs=[1e-3, 10**-2.5], intervention_seeds=3, layer_horizons=4,
         seed_count=3, sharpness_every=50, sharpness_dim=30, boundary_seeds=2,

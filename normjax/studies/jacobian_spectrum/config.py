@@ -11,9 +11,10 @@ from normjax.studies.presets import INIT_TIME_SPECS, preset
 from normjax.train.config_schema import Spec
 
 # The :paper list: not hybrid_star (its q/k/v norms sit inside the sublayer map the study differentiates),
-# resi_dual, shc and mhc (more than one residual stream: measured exactly, but the matrix-free products that
-# n = 8192 needs take one), b2t (its FFN sublayer reads the block input).
-PAPER_SPECS = tuple(s for s in INIT_TIME_SPECS if s not in ("hybrid_star", "resi_dual", "shc", "mhc", "b2t"))
+# the MULTI_STREAM placements (more than one residual stream: measured exactly, but the matrix-free products
+# that n = 8192 needs take one), b2t (its FFN sublayer reads the block input).
+MULTI_STREAM = ("resi_dual", "siamese", "shc", "mhc", "mhc_lite")
+PAPER_SPECS = tuple(s for s in INIT_TIME_SPECS if s not in ("hybrid_star", "b2t", *MULTI_STREAM))
 
 
 def _quick():
