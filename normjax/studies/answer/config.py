@@ -22,10 +22,11 @@ one decay_start = the longest warmup, so an arm without warmup follows the warmu
 Measured cost (2026-12-05, this 2-core CPU shared with other agents): see the report (results.json `wall_time_s`
 per run); warmup_ablation's committed :standard run measured 75 s per 600-step d-128 6-layer run, 122-157 s at 12
 layers (one worker; about 25 s of it the first compile).
-quick: d 64, depths 2 and 4, 120 steps, 4 lrs over 1.5 decades (10^-2.5 .. 10^-1), Post-LN, Pre-LN, Sandwich;
+quick: d 64, depth 4, 120 steps, 4 lrs over 1.5 decades (10^-2.5 .. 10^-1), Post-LN, Pre-LN, Sandwich;
   dose {H, 2H, 4H} (4H = 80 steps: the run is 1.5x the longest warmup, short of the 3x the method asks), one seed
-  on the interventions (their rows are not judged at :quick), 3 seeds at the best-lr cells; 46 sweep runs and 4
-  sharpness runs, about 3 minutes on the 2 cores.
+  on the interventions (their rows are not judged at :quick), 3 seeds at the best-lr cells. With depths 2 and 4
+  it took 284 s of the 920 s of scripts/reproduce.sh's :quick (2026-12-06, idle 2 cores), over the 15-minute
+  aim: depth 2 left out.
 standard (the committed report, CPU-sized): warmup_ablation's S5 cell, where Post-LN fails without warmup and a
   warmup of 160 steps rescues it (d 128, FFN 256, 6 layers, 600 steps, batch 8 x 64 bytes, lr 10^-2.5; its
   :standard run: 5/5 seeds stalled without warmup, 3/3 trained with warmup 160): the window of Post-LN, Pre-LN,
@@ -126,7 +127,7 @@ def add_grids(config, placements, depths, lrs, dose_depth, dose_lr, dose_horizon
 def quick_scale():
     config = _byte_lm(default_config(), d_model=64, d_ff=128, depth=2, num_steps=120)
     return add_grids(
-        config, placements=("post", "pre", "sandwich"), depths=(2, 4), lrs=[10**-2.5, 1e-2, 10**-1.5, 1e-1],
+        config, placements=("post", "pre", "sandwich"), depths=(4,), lrs=[10**-2.5, 1e-2, 10**-1.5, 1e-1],
         dose_depth=4, dose_lr=1e-2, dose_horizons=(1, 2, 4), intervention_lrs=[1e-2], intervention_seeds=1,
         layer_horizons=2, seed_count=3, sharpness_every=20, sharpness_dim=16,
     )  # fmt: skip
