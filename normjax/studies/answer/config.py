@@ -26,7 +26,7 @@ quick: d 64, depth 4, 120 steps, 4 lrs over 1.5 decades (10^-2.5 .. 10^-1), Post
   dose {H, 2H, 4H} (4H = 80 steps: the run is 1.5x the longest warmup, short of the 3x the method asks), one seed
   on the interventions (their rows are not judged at :quick), 3 seeds at the best-lr cells. With depths 2 and 4
   it took 284 s of the 920 s of scripts/reproduce.sh's :quick (2026-12-06, idle 2 cores), over the 15-minute
-  aim: depth 2 left out.
+  aim: depth 2 left out, and the sharpness arms train 60 steps (the 40-step warmup and 20 after; 243 -> 220 s).
 standard (the committed report, CPU-sized): warmup_ablation's S5 cell, where Post-LN fails without warmup and a
   warmup of 160 steps rescues it (d 128, FFN 256, 6 layers, 600 steps, batch 8 x 64 bytes, lr 10^-2.5; its
   :standard run: 5/5 seeds stalled without warmup, 3/3 trained with warmup 160): the window of Post-LN, Pre-LN,
@@ -129,7 +129,7 @@ def quick_scale():
     return add_grids(
         config, placements=("post", "pre", "sandwich"), depths=(4,), lrs=[10**-2.5, 1e-2, 10**-1.5, 1e-1],
         dose_depth=4, dose_lr=1e-2, dose_horizons=(1, 2, 4), intervention_lrs=[1e-2], intervention_seeds=1,
-        layer_horizons=2, seed_count=3, sharpness_every=20, sharpness_dim=16,
+        layer_horizons=2, seed_count=3, sharpness_every=20, sharpness_dim=16, sharpness_steps=60,
     )  # fmt: skip
 
 
