@@ -2,80 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
 
-from normjax import hyper, init, placements, siamese
+from normjax import init, placements
+from normjax.placement_entry import SUBLAYERS, Placement, same  # noqa: F401 (SUBLAYERS: part of this API)
 from normjax.placements import Wiring
-
-SUBLAYERS = ("attn", "cross", "ffn")
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """One placement of the norm in a residual block.
-
-    Attributes:
-      name: the `ModelConfig.placement` value.
-      label: display name in figures and tables.
-      color: its colour in every figure.
-      wirings: {"attn", "cross", "ffn"} -> Wiring.
-      final_norm: whether a stack ending in this placement gets a final norm (auto mode).
-      init: the init rule `(cfg, stack) -> InitRule` (None: the base init).
-      embedding_norm: a norm after the embeddings (Peri-LN).
-      shared_gate: one scalar gate per block shared by its sublayers (ReZero, GPAS; `rezero_per_sublayer` splits
-        it), 0 at init.
-      layers: for recipes (mixln, hybrid_star) `(cfg, depth) -> names`, one per-layer placement per block;
-        None for a placement that names one wiring per layer.
-      formula, notes, reference: the docs table row.
-      source: the authors' code it was checked against (file and lines), where there is one.
-      dual_stream: the block maps ResiDual's pair of streams (`placements.DualStream`) instead of one stream;
-        the stack starts from (x_0, x_0) and outputs x_L + N(d_L) (the final norm acts on d_L). A stack's
-        blocks are either all dual-stream or none.
-      post_update: `params -> params` the train step applies after every optimizer update (and the model once
-        at init); nGPT's weight renormalisation.
-      hyper_streams: the block maps n hyper-connection streams (`normjax.HyperStreams`, n = `ModelConfig.
-        hyper_streams`); the stack starts from n copies of x_0 and its output is N(sum of the streams).
-      stream_norms: a dual-stream stack outputs N(N_a(x_L) + N_b(d_L)) (SiameseNorm: a norm on each stream, the
-        final norm on their sum) instead of ResiDual's x_L + N(d_L).
-    """
-
-    name: str
-    label: str
-    color: str
-    wirings: dict
-    final_norm: bool
-    formula: str
-    reference: str
-    notes: str = ""
-    init: Callable | None = None
-    embedding_norm: bool = False
-    shared_gate: bool = False
-    layers: Callable | None = None
-    source: str = ""
-    dual_stream: bool = False
-    post_update: Callable | None = None
-    hyper_streams: bool = False
-    stream_norms: bool = False
-
-    @property
-    def stream_kind(self) -> str:
-        """ "dual" (ResiDual's pair), "hyper" (n hyper-connection streams) or "one"."""
-        return "dual" if self.dual_stream else "hyper" if self.hyper_streams else "one"
-
-    def wiring(self, sublayer: str) -> Wiring:
-        """The wiring of `sublayer` ("attn", "cross" or "ffn")."""
-        return self.wirings[sublayer]
-
-    @property
-    def is_recipe(self) -> bool:
-        """True when the placement resolves to other placements per layer (it cannot appear in a tuple)."""
-        return self.layers is not None
-
-
-def _same(w: Wiring) -> dict:
-    return dict.fromkeys(SUBLAYERS, w)
+from normjax.registry_streams import ENTRIES as STREAM_ENTRIES
 
 
 def _mixln_layers(cfg, depth):
@@ -99,7 +31,7 @@ _ENTRIES = (
         "post",
         "Post-LN",
         "#d62728",
-        _same(Wiring(placements.post)),
+        same(Wiring(placements.post)),
         final_norm=False,
         formula="x = N(x + F(x))",
         reference="Vaswani et al. 2017",
@@ -109,7 +41,7 @@ _ENTRIES = (
         "pre",
         "Pre-LN",
         "#1f77b4",
-        _same(Wiring(placements.pre)),
+        same(Wiring(placements.pre)),
         final_norm=True,
         formula="x = x + F(N(x))",
         reference="Xiong et al. 2020",
@@ -119,7 +51,7 @@ _ENTRIES = (
         "sandwich",
         "Sandwich-LN",
         "#9467bd",
-        _same(Wiring(placements.sandwich, norms=2)),
+        same(Wiring(placements.sandwich, norms=2)),
         final_norm=True,
         formula="x = x + N2(F(N1(x)))",
         reference="Ding et al. 2021",
@@ -129,7 +61,7 @@ _ENTRIES = (
         "peri_ln",
         "Peri-LN",
         "#c5b0d5",
-        _same(Wiring(placements.sandwich, norms=2)),
+        same(Wiring(placements.sandwich, norms=2)),
         final_norm=True,
         formula="x = x + N2(F(N1(x))), x_0 = N(embeddings)",
         reference="Kim et al. 2025",
@@ -140,7 +72,7 @@ _ENTRIES = (
         "branch_post",
         "branch-post",
         "#8c564b",
-        _same(Wiring(placements.branch_post)),
+        same(Wiring(placements.branch_post)),
         final_norm=True,
         formula="x = x + N(F(x))",
         reference="Team OLMo 2024 (OLMo 2, arXiv 2501.00656); praxis",
@@ -152,7 +84,7 @@ _ENTRIES = (
         "deepnorm",
         "DeepNorm",
         "#ff7f0e",
-        _same(Wiring(placements.deepnorm)),
+        same(Wiring(placements.deepnorm)),
         final_norm=False,
         formula="x = N(alpha x + F(x))",
         reference="Wang et al. 2022",
@@ -163,7 +95,7 @@ _ENTRIES = (
         "admin",
         "Admin",
         "#2ca02c",
-        _same(Wiring(placements.admin, omega=True)),
+        same(Wiring(placements.admin, omega=True)),
         final_norm=False,
         formula="x = N(omega x + F(x))",
         reference="Liu et al. 2020",
@@ -174,7 +106,7 @@ _ENTRIES = (
         "rezero",
         "ReZero",
         "#17becf",
-        _same(Wiring(placements.gated_residual, norms=0, gate="scalar")),
+        same(Wiring(placements.gated_residual, norms=0, gate="scalar")),
         final_norm=False,
         formula="x = x + alpha F(x)",
         reference="Bachlechner et al. 2020",
@@ -185,7 +117,7 @@ _ENTRIES = (
         "skipinit",
         "SkipInit",
         "#7f7f7f",
-        _same(Wiring(placements.gated_residual, norms=0, gate="scalar")),
+        same(Wiring(placements.gated_residual, norms=0, gate="scalar")),
         final_norm=False,
         formula="x = x + alpha F(x)",
         reference="De & Smith 2020",
@@ -195,7 +127,7 @@ _ENTRIES = (
         "layerscale",
         "LayerScale",
         "#bcbd22",
-        _same(Wiring(placements.layerscale, gate="channel")),
+        same(Wiring(placements.layerscale, gate="channel")),
         final_norm=True,
         formula="x = x + lambda F(N(x))",
         reference="Touvron et al. 2021",
@@ -206,7 +138,7 @@ _ENTRIES = (
         "tfixup",
         "T-Fixup",
         "#e377c2",
-        _same(Wiring(placements.plain_residual, norms=0)),
+        same(Wiring(placements.plain_residual, norms=0)),
         final_norm=False,
         formula="x = x + F(x)",
         reference="Huang et al. 2020",
@@ -306,7 +238,7 @@ _ENTRIES = (
         "resi_dual",
         "ResiDual",
         "#5254a3",
-        _same(Wiring(placements.resi_dual)),
+        same(Wiring(placements.resi_dual)),
         final_norm=True,
         formula="x = N(x + F(x)), d = d + F(x); x_0 = d_0 = embeddings, output x_L + N(d_L)",
         reference="Xie et al. 2023",
@@ -319,7 +251,7 @@ _ENTRIES = (
         "ngpt",
         "nGPT",
         "#843c39",
-        _same(Wiring(placements.ngpt, norms=0, gate="channel", hypersphere=True)),
+        same(Wiring(placements.ngpt, norms=0, gate="channel", hypersphere=True)),
         final_norm=False,
         formula="h = unit(x), x = unit(h + alpha (unit(F(x)) - h)); weights unit along d after every step",
         reference="Loshchilov et al. 2024",
@@ -338,7 +270,7 @@ _ENTRIES += (
         "lns",
         "LayerNorm Scaling",
         "#3182bd",
-        _same(Wiring(placements.lns, depth_scaled=True)),
+        same(Wiring(placements.lns, depth_scaled=True)),
         final_norm=True,
         formula="x = x + F(N(x) / sqrt(l)), l = 1..L the block's position",
         reference="Sun et al. 2025 (arXiv 2502.05795)",
@@ -352,7 +284,7 @@ _ENTRIES += (
         "keel",
         "KEEL (pre+post)",
         "#fdae6b",
-        _same(Wiring(placements.keel, norms=2)),
+        same(Wiring(placements.keel, norms=2)),
         final_norm=False,
         formula="x = N2(x + F(N1(x)))",
         reference="KEEL; x-transformers `pre_and_post_norm`",
@@ -379,134 +311,7 @@ _ENTRIES += (
         # not jacobian_spectrum: its per-sublayer maps (sublayer_fn) take one stream, B2T's FFN also reads x_in
     ),
 )
-_HC_CODE = (
-    "lucidrains/hyper-connections (commit 4775103) hyper_connections/hyper_connections.py lines 229-247 (static "
-    "alpha = [e_{k mod n} | I], beta = 1, dynamic fns 0, scales 1e-2), 286-318 (width connection), 339-372 (depth "
-    "connection), 59-61 (streams repeated, summed at the end)"
-)
-_ENTRIES += (
-    Placement(
-        "shc",
-        "HC (static)",
-        "#6b6ecf",
-        _same(Wiring(hyper.hyper, hyper="shc")),
-        final_norm=True,
-        formula="n streams X: X = H_res X + H_post^T F(N(H_pre X)), H learned per sublayer; output N(sum X)",
-        reference="Zhu et al. 2024 (arXiv 2409.19606)",
-        notes="static hyper-connections, n = `hyper_streams` (4); init H_pre = e_{k mod n}, H_res = I, H_post = 1 "
-        "(n = 1: Pre-LN); X_0 = n copies of x_0",
-        source=_HC_CODE,
-        hyper_streams=True,
-    ),
-    Placement(
-        "dhc",
-        "HC (dynamic)",
-        "#9c9ede",
-        _same(Wiring(hyper.hyper, hyper="dhc")),
-        final_norm=True,
-        formula="`shc` with H + s tanh(N(X) W) per token",
-        reference="Zhu et al. 2024 (arXiv 2409.19606)",
-        notes="dynamic hyper-connections: W = 0, s_alpha = s_beta = 0.01 at init (equals `shc` at init)",
-        source=_HC_CODE,
-        hyper_streams=True,
-    ),
-    Placement(
-        "mhc",
-        "mHC",
-        "#e6550d",
-        _same(Wiring(hyper.hyper, hyper="mhc")),
-        final_norm=True,
-        formula="X = H_res X + H_post^T F(N(H_pre X)), H_res = Sinkhorn(.) doubly stochastic, H_pre = sigmoid(.), "
-        "H_post = 2 sigmoid(.)",
-        reference="Xie et al. 2025 (DeepSeek, arXiv 2512.24880)",
-        notes="manifold-constrained HC: H from vec(X) / rms, alpha = 0.01, phi = 0 at init; `sinkhorn_iters` (20)",
-        source="lucidrains/hyper-connections (commit 4775103) hyper_connections/manifold_constrained_hyper_connections"
-        ".py lines 46-61 (Sinkhorn), 270-290 (init), 377-408 (sigmoid, Sinkhorn, 2 sigmoid); DeepSeek-V4 inference "
-        "model.py Block.hc_pre / hc_post (vec(X) / rms over n D, the branch's own norm after hc_pre)",
-        hyper_streams=True,
-    ),
-    Placement(
-        "mhc_lite",
-        "mHC-lite",
-        "#fd8d3c",
-        _same(Wiring(hyper.hyper, hyper="mhc_lite")),
-        final_norm=True,
-        formula="X = H_res X + H_post^T F(N(H_pre X)), H_res = sum_r softmax(.)_r P_r over the n! permutation "
-        "matrices, H_pre = sigmoid(.), H_post = 2 sigmoid(.)",
-        reference="Yang et al. 2026 (mHC-lite, arXiv 2601.05732)",
-        notes="`mhc` with H_res exactly doubly stochastic (no Sinkhorn); authors' init: static logits of H_pre, "
-        "H_post +1 on stream k mod n, -1 elsewhere, of H_res 0 on the identity, -8 on the others; gain on "
-        "vec(X) / rms, alpha = 0.01, phi = 0",
-        source="FFTYYY/mhc-lite (commit ea19775) hyper_conn/mhc_lite.py lines 50-63 (permutation matrices), "
-        "109-117 (RMSNorm with gain over n D), 246-302 (init), 345-389 (softmax over permutations, sigmoid, "
-        "2 sigmoid), 428 (depth connection)",
-        hyper_streams=True,
-    ),
-)
-_GPAS_CODE = (
-    "dandingsky/GPAS (commit 3198068) peft_pretraining/modeling_llama.py lines 261-268 (GPASBlock: x - "
-    "SiLU(gate) x.detach(), gate 0.0), 336-356 (one GPASBlock per decoder layer, both sublayers), "
-)
-_GPAS_NOTES = "alpha = 0 at init (the model is then `{}`'s), one per block, shared by its sublayers; "
-_ENTRIES += (
-    Placement(
-        "pre_gpas",
-        "Pre-LN + GPAS",
-        "#31a354",
-        _same(Wiring(placements.pre_gpas, gate="scalar")),
-        final_norm=True,
-        formula="x = GPAS(x + F(N(x))), GPAS(x) = x - SiLU(alpha) sg(x)",
-        reference="Chen et al. 2025 (GPAS, arXiv 2506.22049)",
-        notes=_GPAS_NOTES.format("pre") + "sg the stop-gradient: forward (1 - SiLU(alpha)) x, gradient in x "
-        "unscaled; final norm",
-        shared_gate=True,
-        source=_GPAS_CODE + "491-510 (pre_gpas forward)",
-    ),
-    Placement(
-        "sandwich_gpas",
-        "Sandwich-LN + GPAS",
-        "#de9ed6",
-        _same(Wiring(placements.sandwich_gpas, norms=2, gate="scalar")),
-        final_norm=True,
-        formula="x = GPAS(x + N2(F(N1(x))))",
-        reference="Chen et al. 2025 (GPAS, arXiv 2506.22049)",
-        notes=_GPAS_NOTES.format("sandwich") + "final norm",
-        shared_gate=True,
-        source=_GPAS_CODE + "512-533 (sandwich_gpas forward)",
-    ),
-    Placement(
-        "deepnorm_gpas",
-        "DeepNorm + GPAS",
-        "#7b4173",
-        _same(Wiring(placements.deepnorm_gpas, gate="scalar")),
-        final_norm=False,
-        formula="x = N(alpha_DN GPAS(x) + F(x)), F reads the unscaled x",
-        reference="Chen et al. 2025 (GPAS, arXiv 2506.22049)",
-        notes=_GPAS_NOTES.format("deepnorm") + "DeepNorm's alpha_DN, beta init",
-        init=init.deepnorm_rule,
-        shared_gate=True,
-        source=_GPAS_CODE + "535-553 (deeppost_gpas forward: the skip scaled, the branch input not)",
-    ),
-)
-_ENTRIES += (
-    Placement(
-        "siamese",
-        "SiameseNorm",
-        "#8c6d31",
-        _same(Wiring(siamese.siamese, norms=3, depth_scaled=True)),
-        final_norm=True,
-        formula="x' = N_x(x), u = N(x' + N_d(d)), x = x' + F(u) / (sqrt(2) sqrt(l)), d = d + F(u); x_0 = d_0 = "
-        "embeddings, output N_f(N_a(x_L) + N_b(d_L))",
-        reference="Li et al. 2026 (SiameseNorm, arXiv 2602.08064)",
-        notes="two streams (`normjax.DualStream`: x Post-LN-like, d Pre-LN-like) sharing each branch; l = 1..L the "
-        "block's position; base init; N_f is the final norm",
-        source="Qwen-Applications/SiameseNorm (commit 70efa00) deit-model-siamesenorm.py lines 204-226 (block: "
-        "post_norm, pre_norm, input_norm, c = sqrt(2 (index + 1))), 285-287 and 352-356 (y = x, output "
-        "final_norm(pre_norm(x) + post_norm(y))); dit-model-siamesenorm.py lines 123-134, 264-267",
-        dual_stream=True,
-        stream_norms=True,
-    ),
-)
+_ENTRIES += STREAM_ENTRIES
 REGISTRY: dict[str, Placement] = {p.name: p for p in _ENTRIES}
 PLACEMENTS = tuple(REGISTRY)
 # Placements that name one wiring per layer (recipes such as mixln resolve to these per layer).
