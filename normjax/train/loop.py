@@ -135,6 +135,10 @@ class Probe:
     fn: Callable[[int, Any, dict], Any]
     at: frozenset[int] = frozenset()
 
+    def __post_init__(self):
+        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
+            raise ValueError(f"Probe.every must be a positive int (probe every that many updates), not {self.every!r}")
+
     def due(self, done: int, num_steps: int) -> bool:
         """Whether this probe measures the state after `done` of `num_steps` updates."""
         return done % self.every == 0 or done == num_steps or done in self.at

@@ -137,3 +137,11 @@ def test_the_probed_trainer_probes_at_its_steps_and_leaves_the_training_alone(ti
     plain, _ = run_steps(state, lambda s, t: step(spec, s, batches[t]), 0, 7)
     for a, b in zip(jax.tree.leaves(probed.params), jax.tree.leaves(plain.params), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # the same program on the same inputs
+
+
+def test_a_probe_every_that_is_not_a_positive_int_is_refused():
+    from normjax.train.loop import Probe
+
+    for every in (0, -3, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="Probe.every must be a positive int"):
+            Probe(every, lambda step, s, batch: None)
