@@ -85,6 +85,7 @@ class Sublayer(nnx.Module):
                 make_norm=make,
                 eps=cfg.norm_eps,
                 sinkhorn_iters=cfg.num_sinkhorn_iters,
+                sinkhorn_order=cfg.sinkhorn_step_order,
                 param_dtype=pdt,
             )
             if wiring.hyper

@@ -70,8 +70,9 @@ class ModelConfig:
     stack depth and L_base `branch_multiplier_base_depth` (CompleteP alpha = 1, depth-muP alpha = 1/2).
 
     Hyper-connections (`shc`, `dhc`, `mhc`, `mhc_lite`): `hyper_streams` is the number n of residual streams (None =
-    4, the papers' n), `sinkhorn_iters` mHC's Sinkhorn-Knopp iterations (None = 20); each is refused where no layer
-    reads it.
+    4, the papers' n), `sinkhorn_iters` mHC's Sinkhorn-Knopp iterations (None = 20), `sinkhorn_order` the order of
+    each round's two steps (None = "paper": columns, then rows, Xie et al. eq. 9; "lucidrains": rows, then columns);
+    each is refused where no layer reads it.
 
     The modded-nanogpt speedrun's skips (`normjax.skips`, docs/placements.md): `value_residual` mixes every self
     attention's values with block 0's, v = (1 - lam_l) v + lam_l v_1 (lam_l = 0.5 at init); `x0_lambdas` starts
@@ -129,6 +130,7 @@ class ModelConfig:
     branch_multiplier_base_depth: int = 1  # L_base
     hyper_streams: int | None = None  # n residual streams of shc / dhc / mhc / mhc_lite; None = 4
     sinkhorn_iters: int | None = None  # mhc's Sinkhorn-Knopp iterations t_max; None = 20
+    sinkhorn_order: str | None = None  # mhc's step order: None = "paper" (rows last), "lucidrains" (columns last)
     value_residual: bool = False  # speedrun: v = (1 - lam_l) v + lam_l v_1 in every self attention, lam_l = 0.5
     x0_lambdas: bool = False  # speedrun: x = a_l x + c_l x_0 at every block's start, (a_l, c_l) = (1, 0)
     attn_gate: str | None = None  # gated attention: SDPA output times sigmoid(x W_g + b_g) per head / channel
@@ -221,11 +223,15 @@ class ModelConfig:
                 _fail("placement", self.placement, f"the {stack} stack mixes stream kinds ({which}); one per stack")
             if len({registry.get(p).stream_norms for p in self.layer_placements(stack)}) > 1:
                 _fail("placement", self.placement, f"the {stack} stack mixes resi_dual's and siamese's read-outs")
-        for name, readers in (("hyper_streams", hyper.HYPER_KINDS), ("sinkhorn_iters", ("mhc",))):
+        read_by = (("hyper_streams", hyper.HYPER_KINDS), ("sinkhorn_iters", ("mhc",)), ("sinkhorn_order", ("mhc",)))
+        for name, readers in read_by:
             value = getattr(self, name)
             if value is None:
                 continue
-            _check_positive_int(name, value)
+            if name == "sinkhorn_order":
+                _check_choice(name, value, hyper.SINKHORN_ORDERS)
+            else:
+                _check_positive_int(name, value)
             if not layers & set(readers):
                 _fail(name, value, f"is read only by placements {', '.join(readers)}; leave it None")
 
@@ -385,6 +391,11 @@ class ModelConfig:
     def num_sinkhorn_iters(self) -> int:
         """mHC's Sinkhorn-Knopp iterations (`sinkhorn_iters`, default 20)."""
         return self.sinkhorn_iters or hyper.DEFAULT_SINKHORN_ITERS
+
+    @property
+    def sinkhorn_step_order(self) -> str:
+        """mHC's Sinkhorn-Knopp step order (`sinkhorn_order`, default "paper": Xie et al. eq. 9, rows last)."""
+        return self.sinkhorn_order or hyper.SINKHORN_ORDERS[0]
 
     def has_embedding_norm(self, stack: str) -> bool:
         """Whether `stack`'s embeddings are normalised (the config's switch, or a placement such as peri_ln)."""

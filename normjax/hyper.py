@@ -11,6 +11,7 @@ from flax import nnx, struct
 HYPER_KINDS = ("shc", "dhc", "mhc", "mhc_lite")  # static HC, dynamic HC, manifold-constrained HC, mHC-lite
 DEFAULT_STREAMS = 4  # n = 4, the expansion rate of both papers' main runs
 DEFAULT_SINKHORN_ITERS = 20  # t_max = 20 (mHC; lucidrains sinkhorn_iters, DeepSeek-V4 hc_sinkhorn_iters)
+SINKHORN_ORDERS = ("paper", "lucidrains")  # which step of a round comes last: rows (eq. 9) or columns
 DYNAMIC_SCALE_INIT = 1e-2  # s_alpha, s_beta (HC) and alpha_pre, alpha_post, alpha_res (mHC, mHC-lite) at init
 LITE_OFF_LOGIT = -8.0  # mHC-lite's static logit of every permutation but the identity (FFTYYY/mhc-lite mhc_lite.py 263)
 
@@ -34,17 +35,24 @@ class HyperStreams:
         return sum(self.streams[1:], self.streams[0])
 
 
-def sinkhorn(logits_NN: jax.Array, iters: int) -> jax.Array:
-    """Sinkhorn-Knopp: exp(logits), then `iters` times rows divided by their sums, then columns by theirs.
+def sinkhorn(logits_NN: jax.Array, iters: int, order: str = "paper") -> jax.Array:
+    """Sinkhorn-Knopp on H_res (H_res[i, j]: stream j into stream i): exp(logits), then `iters` rounds of two steps.
 
-    Columns sum to 1 exactly after the last step, rows up to an error that shrinks with `iters`; entries are > 0.
-    The max of each row is subtracted first (a row scaling, which the first row step undoes exactly).
-    lucidrains/hyper-connections `manifold_constrained_hyper_connections.py` lines 46-61 (there on the transpose).
+    order "paper" (Xie et al. 2025 eq. 9, M^(t) = T_r(T_c(M^(t-1))); DeepSeek-V4's `hc_split_sinkhorn` on its
+    transposed `comb`): columns divided by their sums, then rows, so the rows sum to 1 exactly after the last step
+    (each new stream is a convex combination: forward gain 1) and the columns up to an error that shrinks with
+    `iters` (the paper's Fig. 7a: the backward gain deviates slightly). order "lucidrains"
+    (`manifold_constrained_hyper_connections.py` lines 49-61, dims -2 then -1 on its transposed alpha): rows first,
+    then columns, so the columns are exact and the rows are not. Entries are > 0. The max over the first step's axis
+    is subtracted first (a scaling that the first step undoes exactly).
     """
-    m = jnp.exp(logits_NN - jax.lax.stop_gradient(logits_NN.max(-1, keepdims=True)))
+    if order not in SINKHORN_ORDERS:
+        raise ValueError(f"sinkhorn order {order!r} is invalid; choose one of {SINKHORN_ORDERS}")
+    first, last = (-2, -1) if order == "paper" else (-1, -2)
+    m = jnp.exp(logits_NN - jax.lax.stop_gradient(logits_NN.max(first, keepdims=True)))
     for _ in range(iters):
-        m = m / m.sum(-1, keepdims=True)
-        m = m / m.sum(-2, keepdims=True)
+        m = m / m.sum(first, keepdims=True)
+        m = m / m.sum(last, keepdims=True)
     return m
 
 
@@ -74,8 +82,20 @@ class HyperConnection(nnx.Module):
     b_pre = b_post = 2 e_k - 1 (+1 on stream k, -1 elsewhere), b_res = 0 on the identity, -8 on the others.
     """
 
-    def __init__(self, kind: str, n: int, d: int, k, *, make_norm, eps: float, sinkhorn_iters: int, param_dtype):
-        self.kind, self.n, self.eps, self.iters = kind, n, eps, sinkhorn_iters
+    def __init__(
+        self,
+        kind: str,
+        n: int,
+        d: int,
+        k,
+        *,
+        make_norm,
+        eps: float,
+        sinkhorn_iters: int,
+        sinkhorn_order: str,
+        param_dtype,
+    ):
+        self.kind, self.n, self.eps, self.iters, self.order = kind, n, eps, sinkhorn_iters, sinkhorn_order
         e_k = jax.nn.one_hot(jnp.asarray(k) % n, n, dtype=param_dtype)  # k traced under nnx.vmap
         lite = kind == "mhc_lite"
         self.pre = nnx.Param(2 * e_k - 1 if lite else e_k)
@@ -119,7 +139,7 @@ class HyperConnection(nnx.Module):
         if self.kind == "mhc_lite":  # convex weights of the permutations: exactly doubly stochastic
             coeffs = jax.nn.softmax(logits, axis=-1)
             return pre, post, jnp.einsum("...r,rij->...ij", coeffs, permutation_matrices(self.n).astype(ct))
-        return pre, post, sinkhorn(logits, self.iters)
+        return pre, post, sinkhorn(logits, self.iters, self.order)
 
 
 def hyper(s, hs, F, rec, gate):

@@ -46,7 +46,8 @@ ENTRIES: tuple[Placement, ...] = (
         formula="X = H_res X + H_post^T F(N(H_pre X)), H_res = Sinkhorn(.) doubly stochastic, H_pre = sigmoid(.), "
         "H_post = 2 sigmoid(.)",
         reference="Xie et al. 2025 (DeepSeek, arXiv 2512.24880)",
-        notes="manifold-constrained HC: H from vec(X) / rms, alpha = 0.01, phi = 0 at init; `sinkhorn_iters` (20)",
+        notes="manifold-constrained HC: H from vec(X) / rms, alpha = 0.01, phi = 0 at init; `sinkhorn_iters` (20), "
+        "`sinkhorn_order` (columns then rows, eq. 9)",
         source="lucidrains/hyper-connections (commit 4775103) hyper_connections/manifold_constrained_hyper_connections"
         ".py lines 46-61 (Sinkhorn), 270-290 (init), 377-408 (sigmoid, Sinkhorn, 2 sigmoid); DeepSeek-V4 inference "
         "model.py Block.hc_pre / hc_post (vec(X) / rms over n D, the branch's own norm after hc_pre)",

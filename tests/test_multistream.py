@@ -26,12 +26,14 @@ def _sigmoid(z):
     return 1 / (1 + np.exp(-z))
 
 
-def _sinkhorn_paper(logits, iters):
-    """mHC: M^(0) = exp(logits), then rows and columns divided by their sums, alternately."""
+def _sinkhorn_paper(logits, iters, order="paper"):
+    """mHC eq. 9: M^(0) = exp(logits), M^(t) = T_r(T_c(M^(t-1))): columns divided by their sums, then rows.
+    order "lucidrains": rows first, then columns (its dims -2, -1 on the transposed matrix)."""
     m = np.exp(logits)
+    first, last = (-2, -1) if order == "paper" else (-1, -2)
     for _ in range(iters):
-        m = m / m.sum(-1, keepdims=True)
-        m = m / m.sum(-2, keepdims=True)
+        m = m / m.sum(first, keepdims=True)
+        m = m / m.sum(last, keepdims=True)
     return m
 
 
@@ -133,19 +135,31 @@ def test_init_is_the_papers(kind, scan_layers):
                 np.testing.assert_allclose(res, eye, rtol=1e-6, atol=1e-7)
 
 
-def test_sinkhorn_is_doubly_stochastic_within_tolerance(x64):
-    """Entries > 0, columns exact after the last step, rows closer with every iteration (the l1 marginal error of
-    Sinkhorn-Knopp never grows); converged at 500 iterations. At t_max = 20 the rows of peaked logits still miss 1
-    by up to about 1% (std 2 here), the gap mHC-lite (arXiv 2601.05732) points out."""
+@pytest.mark.parametrize("order, exact_axis", [("paper", -1), ("lucidrains", -2)])
+def test_sinkhorn_is_doubly_stochastic_within_tolerance(order, exact_axis, x64):
+    """Entries > 0; the sums of the last step's axis exact (rows in the paper's order, eq. 9: each new stream a
+    convex combination; columns in lucidrains'), the other axis closer with every iteration (the l1 marginal error
+    of Sinkhorn-Knopp never grows); converged at 500 iterations. At t_max = 20 the inexact sums of peaked logits
+    still miss 1 by up to about 1% (std 2 here), the gap mHC-lite (arXiv 2601.05732) points out."""
     logits = jnp.asarray(np.random.default_rng(0).normal(0, 2.0, (64, 4, 4)))
+    other = -3 - exact_axis
     errors = []
     for iters in (1, 5, 20, 100, 500):
-        m = np.asarray(hyper.sinkhorn(logits, iters))
+        m = np.asarray(hyper.sinkhorn(logits, iters, order))
         assert (m > 0).all()
-        np.testing.assert_allclose(m.sum(-2), 1, atol=1e-14)
-        errors.append(np.abs(m.sum(-1) - 1).sum(-1).max())
+        np.testing.assert_allclose(m.sum(exact_axis), 1, atol=1e-14)
+        np.testing.assert_allclose(m, _sinkhorn_paper(np.asarray(logits), iters, order), rtol=1e-12)  # max shift
+        errors.append(np.abs(m.sum(other) - 1).sum(-1).max())
+    assert errors[2] > 1e-3, errors  # 20 iterations leave a gap on the other axis
     assert all(b <= a for a, b in zip(errors, errors[1:], strict=False)) and errors[-1] < 1e-12, errors
-    np.testing.assert_allclose(m, _sinkhorn_paper(np.asarray(logits), 500), rtol=1e-12)  # the max shift: no change
+
+
+def test_sinkhorn_orders_differ_and_refuse_an_unknown_one():
+    logits = jnp.asarray(np.random.default_rng(1).normal(0, 2.0, (4, 4)))
+    paper, lucid = (np.asarray(hyper.sinkhorn(logits, 5, order)) for order in hyper.SINKHORN_ORDERS)
+    assert np.abs(paper - lucid).max() > 1e-4  # 5 rounds: not yet converged, so the last step shows
+    with pytest.raises(ValueError, match="sinkhorn order 'rows' is invalid"):
+        hyper.sinkhorn(logits, 20, "rows")
 
 
 def _composite_h_res(kind, scale, depth=8, **fields):
@@ -164,6 +178,14 @@ def _composite_h_res(kind, scale, depth=8, **fields):
             P, x = res @ P, block.apply_sublayer(sub, x, ctx, {})
             factors.append(res)
     return P, factors
+
+
+@pytest.mark.parametrize("order, exact", [(None, 1), ("paper", 1), ("lucidrains", 0)])
+def test_mhc_model_follows_its_sinkhorn_order(order, exact, x64):
+    """The model's H_res: the sums the order normalises last are exact (rows by default, eq. 9), the others not."""
+    _, factors = _composite_h_res("mhc", 2.0, depth=2, sinkhorn_order=order)
+    assert max(np.abs(res.sum(exact) - 1).max() for res in factors) < 1e-13
+    assert max(np.abs(res.sum(1 - exact) - 1).max() for res in factors) > 1e-6
 
 
 @pytest.mark.parametrize("iters", [20, 500])
@@ -232,6 +254,10 @@ def test_config_refusals():
         normjax.ModelConfig(placement="pre", hyper_streams=2)
     with pytest.raises(ValueError, match="sinkhorn_iters=5 is invalid: is read only by placements mhc"):
         normjax.ModelConfig(placement="dhc", sinkhorn_iters=5)
+    with pytest.raises(ValueError, match="sinkhorn_order='lucidrains' is invalid: is read only by placements mhc"):
+        normjax.ModelConfig(placement="dhc", sinkhorn_order="lucidrains")
+    with pytest.raises(ValueError, match="sinkhorn_order='rows' is invalid: valid choices are 'paper', 'lucidrains'"):
+        normjax.ModelConfig(placement="mhc", sinkhorn_order="rows")
     for name in ("hyper_streams", "sinkhorn_iters"):
         with pytest.raises(ValueError, match=f"{name}=0 is invalid: must be a positive integer"):
             normjax.ModelConfig(placement="mhc", **{name: 0})

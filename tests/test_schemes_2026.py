@@ -95,7 +95,8 @@ def test_mhc_lite_init_is_the_authors():
 
 def test_mhc_lite_h_res_is_exactly_doubly_stochastic_where_sinkhorn_is_not(x64):
     """The composite residual map of random H params: every mHC-lite factor's rows and columns sum to 1 within
-    float64 rounding, so ||prod H_res||_2 <= 1; mHC's 20 Sinkhorn steps leave its rows off by far more."""
+    float64 rounding, so ||prod H_res||_2 <= 1; mHC's 20 Sinkhorn steps leave its columns off by far more (the rows
+    are normalised last, eq. 9)."""
     P, factors = _composite_h_res("mhc_lite", 2.0)
     for res in factors:
         assert (res >= 0).all()
@@ -103,7 +104,7 @@ def test_mhc_lite_h_res_is_exactly_doubly_stochastic_where_sinkhorn_is_not(x64):
         np.testing.assert_allclose(res.sum(1), 1, atol=1e-14)
     assert np.linalg.norm(P, 2) <= 1 + 1e-12
     _, sinkhorn_factors = _composite_h_res("mhc", 2.0)
-    assert max(np.abs(res.sum(1) - 1).max() for res in sinkhorn_factors) > 1e-6
+    assert max(np.abs(res.sum(0) - 1).max() for res in sinkhorn_factors) > 1e-6
 
 
 def _siamese_block(x, d, p, l):

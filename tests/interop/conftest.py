@@ -11,7 +11,7 @@ def float64():
         yield
 
 
-@pytest.fixture(params=sorted(FRAMEWORKS))
+@pytest.fixture(params=sorted(FRAMEWORKS), scope="module")
 def fw(request):
     with jax.enable_x64(True):
         return FRAMEWORKS[request.param]()

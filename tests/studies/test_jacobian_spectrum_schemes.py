@@ -15,11 +15,11 @@ from normjax.studies.jacobian_spectrum.scheme_verdicts import lns_identity, mhc_
 from tests.studies.test_jacobian_spectrum import tiny_config
 
 
-def test_sinkhorn_product_is_column_stochastic_and_below_its_bound():
-    # logits of std 2: 20 iterations leave the row sums off by up to about 3% (columns are normalized last)
+def test_sinkhorn_product_is_row_stochastic_and_below_its_bound():
+    # logits of std 2: 20 iterations leave the column sums off by up to about 3% (rows are normalized last, eq. 9)
     logits = jax.random.normal(jax.random.key(0), (64, 4, 4)) * 2.0
     out = streams.composite([np.asarray(hyper.sinkhorn(z, 20), np.float64) for z in logits])
-    assert out["min_entry"] > 0 and out["max_col_sum_error"] < 1e-6 and 1e-3 < out["max_row_sum_error"] < 0.1
+    assert out["min_entry"] > 0 and out["max_row_sum_error"] < 1e-6 and 1e-3 < out["max_col_sum_error"] < 0.1
     assert out["spectral"] <= out["bound"] * (1 + 1e-12)
 
 
