@@ -62,7 +62,8 @@ def _srun_env(rank: int, port: int) -> dict:
 def test_two_processes_train_like_one_process_with_two_devices(tmp_path):
     port = _free_port()
     hosts = [_train(tmp_path / "hosts", _srun_env(rank, port), "--distributed") for rank in (0, 1)]
-    single = _train(tmp_path / "single", {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
+    single = _train(tmp_path / "single", {"XLA_FLAGS": flags})  # the hosts' flags too: the same compiled numerics
     try:
         outputs = [proc.communicate(timeout=600)[0] for proc in [*hosts, single]]
     finally:  # a process that died leaves its peer waiting for it: end ours, by their ids
