@@ -31,6 +31,7 @@ def _base():
 def _standard():
     c = _base()
     c.placements += ("lns", "mhc")  # LayerNorm Scaling's and mHC's streams beside Pre-LN's (issue 22)
+    c.placements += ("mhc_lite", "siamese", "pre_gpas")  # the 2025-26 schemes (issue 40): reported, not judged
     c.batch_size, c.num_seeds = 16, 5
     return c
 

@@ -306,8 +306,9 @@ def tables(results: dict) -> list[str]:
     others): the per-seed ||x_L||^2/||x_0||^2, linear-fit slope of ||x_l||^2/d per layer and its r^2."""
     lines = [
         "Residual-stream growth at init, every placement (reported, not judged; S4 and R4 judge Pre-LN and "
-        "Sandwich above). For hyper-connections (shc, dhc, mhc) the stream is the sum of the n streams, what the "
-        "read-out sees:",
+        "Sandwich above). For hyper-connections (shc, dhc, mhc, mhc_lite) the stream is the sum of the n streams, "
+        "what the read-out sees; for two-stream stacks (resi_dual, siamese) the Post-LN-like stream x; GPAS scales "
+        "by 1 - SiLU(alpha) with alpha = 0 at init, so pre_gpas equals pre here:",
         "",
         "| setting | placement | ||x_L||^2 / ||x_0||^2 | slope of ||x_l||^2/d per layer | r^2 |",
         "|---|---|---|---|---|",
