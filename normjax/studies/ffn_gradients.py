@@ -1,9 +1,9 @@
 """Per-layer FFN weight-gradient norms at init over many batches, compiled once per model shape.
 
-Shared by the grad_norms_at_init and depth_scaling studies. The output matches
-`normjax.jacobian.param_probes.grad_norms` (tests check that they agree), but one jitted function,
-keyed by the model's graphdef, serves every seed and every batch (param_probes.grad_norms builds a
-new jitted closure per model, so each seed would compile again), the batches are drawn inside it,
+Shared by the grad_norms_at_init and depth_scaling studies, on a synthetic copy task or on real translation
+batches. The output matches `normjax.jacobian.param_probes.grad_norms` (tests check that they agree), but one
+jitted function, keyed by the model's graphdef, serves every seed and every batch (param_probes.grad_norms builds
+a new jitted closure per model, so each seed would compile again), the copy task's batches are drawn inside it,
 and only the FFN kernels' gradients leave it.
 """
 
@@ -19,6 +19,7 @@ import optax
 from flax import nnx
 
 import normjax
+from normjax.train import steps
 
 FFN_KERNELS = ("ffn/fc1/kernel", "ffn/fc2/kernel")
 _FFN = nnx.All(nnx.Param, nnx.Any(nnx.PathContains("fc1"), nnx.PathContains("fc2")), nnx.PathContains("kernel"))
@@ -47,6 +48,24 @@ def copy_tokens(task: CopyTask, key) -> jax.Array:
     return 1 + jax.random.categorical(key, logits_V, shape=shape).astype(jnp.int32)
 
 
+@dataclasses.dataclass(frozen=True)
+class PairedBatches:
+    """Real translation batches at init for an encoder-decoder: `normjax.train.batching.Seq2SeqBatches`' arrays
+    (src, src_mask, tgt_in, tgt_out, tgt_mask) stacked on a leading batch axis and given to `ffn_grad_norms`; the
+    loss is training's masked target cross-entropy (`normjax.train.steps.forward`, no label smoothing)."""
+
+    arch: str = "encoder_decoder"
+
+
+def batch_loss(model, task: CopyTask | PairedBatches, item) -> jax.Array:
+    """The loss of one batch: `item` is a PRNG key (CopyTask draws its tokens) or one batch of PairedBatches."""
+    if isinstance(task, CopyTask):
+        return copy_loss(model, task, copy_tokens(task, item))
+    logits_BTV, targets_BT, mask_BT = steps.forward(model, "seq2seq", item)
+    losses_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, targets_BT)
+    return (losses_BT * mask_BT).sum() / mask_BT.sum()
+
+
 def copy_loss(model, task: CopyTask, tokens_BT) -> jax.Array:
     """Mean token cross-entropy of the copy task (no label smoothing, no padding)."""
     shifted_BT = jnp.concatenate([jnp.full_like(tokens_BT[:, :1], BOS), tokens_BT[:, :-1]], 1)
@@ -71,25 +90,25 @@ def _per_layer_norms(model, grads) -> dict:
 # XLA's backend optimisation level 0 halves the compile time (8 -> 3 s for a 6-layer encoder on the
 # 2-core CPU) for twice the run time of these few small batches: compiling dominates here.
 @functools.partial(jax.jit, static_argnums=(0, 1), compiler_options={"xla_backend_optimization_level": 0})
-def _grad_norms(graphdef, task: CopyTask, params, rest, keys):
+def _grad_norms(graphdef, task, params, rest, items):
     model = nnx.merge(graphdef, params, rest)  # read for its config and stack depths only
 
-    def body(total, key):
-        tokens_BT = copy_tokens(task, key)
+    def body(total, item):
         # Differentiate every Param (nnx.scan, used by scan_layers=True, rejects Params of an outer
         # trace level); XLA drops the gradients that are never read.
-        grad = jax.grad(lambda p: copy_loss(nnx.merge(graphdef, p, rest), task, tokens_BT))(params)
+        grad = jax.grad(lambda p: batch_loss(nnx.merge(graphdef, p, rest), task, item))(params)
         grad = nnx.filter_state(grad, _FFN)
         return jax.tree.map(jnp.add, total, grad), _per_layer_norms(model, grad)
 
     zeros = jax.tree.map(jnp.zeros_like, nnx.filter_state(params, _FFN))
-    total, per_batch = jax.lax.scan(body, zeros, keys)
-    mean = jax.tree.map(lambda g: g / keys.shape[0], total)
+    total, per_batch = jax.lax.scan(body, zeros, items)
+    mean = jax.tree.map(lambda g: g / jax.tree.leaves(items)[0].shape[0], total)
     return per_batch, _per_layer_norms(model, mean)
 
 
-def ffn_grad_norms(model, task: CopyTask, num_batches: int, seed: int) -> dict:
-    """Per-layer gradient norms of the FFN kernels in both metrics, over `num_batches` batches.
+def ffn_grad_norms(model, task: CopyTask | PairedBatches, num_batches: int, seed: int, batches=None) -> dict:
+    """Per-layer gradient norms of the FFN kernels in both metrics, over `num_batches` batches: drawn from `seed`
+    for a CopyTask, the leading `num_batches` of `batches` (a dict of stacked arrays) for PairedBatches.
 
     Returns:
       {stack: {name: {"mean_of_norms": (L,), "std_of_norms": (L,), "norm_of_mean": (L,)}}}, names
@@ -97,8 +116,13 @@ def ffn_grad_norms(model, task: CopyTask, num_batches: int, seed: int) -> dict:
       al.'s ||E_b[grad_b]||_F (equal for one batch, smaller otherwise).
     """
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    keys = jax.random.split(jax.random.key(seed), num_batches)
-    per_batch, norm_of_mean = jax.device_get(_grad_norms(graphdef, task, params, rest, keys))
+    if isinstance(task, CopyTask):
+        items = jax.random.split(jax.random.key(seed), num_batches)
+    else:
+        items = {k: jnp.asarray(v[:num_batches]) for k, v in batches.items()}
+        if len(items["src"]) != num_batches:
+            raise ValueError(f"{num_batches} batches asked for, {len(items['src'])} given")
+    per_batch, norm_of_mean = jax.device_get(_grad_norms(graphdef, task, params, rest, items))
     for stack, names in per_batch.items():
         for name, norms_NL in names.items():
             if not np.all(np.isfinite(norms_NL)):

@@ -142,3 +142,30 @@ def test_one_line_report_refusal_of_an_altered_results_file(tmp_path):
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith(f"error: {path} does not match the checksum")
+
+
+def test_a_ctrl_c_lost_in_a_finalizer_is_not_printed_and_still_interrupts(monkeypatch):
+    """The CI failure of 2026-12-07: the Ctrl-C handler's KeyboardInterrupt raised inside a finalizer (there JAX's
+    gc callback) is "ignored" by Python, which printed its traceback. STOP still ends the block as interrupted;
+    the lost exception reaches no unraisable hook, while other unraisable errors still do."""
+    from normjax.experiments import common
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+
+    class Finalized:
+        def __init__(self, error=None):
+            self.error = error
+
+        def __del__(self):
+            if self.error:
+                raise self.error
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, inside __del__: Python cannot raise it
+            for _ in range(1000):
+                pass
+
+    with pytest.raises(KeyboardInterrupt), common.ctrl_c_kept():
+        Finalized()  # dropped at once: __del__ runs now
+        Finalized(ValueError("another error"))
+    assert [type(u.exc_value) for u in seen] == [ValueError]
+    assert sys.unraisablehook == seen.append  # restored

@@ -3,6 +3,7 @@
 import jax
 import ml_collections
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
@@ -18,6 +19,7 @@ from normjax.studies.grad_norms_at_init import config as presets
 from normjax.studies.grad_norms_at_init import measure as grad_norms_at_init
 from normjax.studies.grad_norms_at_init.verdicts import KERNEL
 from normjax.studies.judge import judge
+from normjax.train import batching, steps
 
 TINY = dict(vocab_size=31, d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=8)
 
@@ -30,6 +32,7 @@ def _tiny():
     c.batch_size, c.seq_len, c.num_batches = 2, 6, 3
     c.seed, c.num_seeds = 1, 3  # not seed 0: --config.seed=1 must work
     c.deep_layers, c.deep_placements, c.deep_num_batches = 4, ("pre", "mixln"), 2  # mixln: 1 Post-LN layer of 4
+    c.gettext_placements, c.gettext_bpe_vocab = ("post", "pre"), 2000  # X6's real batches (the X7 corpus)
     return c
 
 
@@ -38,8 +41,12 @@ def test_grad_norms_at_init_smoke(tmp_path):
         "grad_norms_at_init", str(tmp_path), _tiny(), grad_norms_at_init.compute, grad_norms_at_init.plot
     )
     results = saved["results"]
-    for figure in ("grad_fc2.png", "xiong_fig3.png", "grad_deep_decoder.png"):
+    for figure in ("grad_fc2.png", "xiong_fig3.png", "xiong_fig3_gettext.png", "grad_deep_decoder.png"):
         assert (tmp_path / "grad_norms_at_init" / figure).exists()
+    real = results["gettext"]
+    assert set(real["runs"]) == {"post", "pre"} and len(real["data"]["manifest_sha256"]) == 64
+    assert "path" not in real["data"] and real["data"]["bpe_vocab"] == 2000
+    assert np.shape(real["runs"]["post"]["decoder"][KERNEL]["norm_of_mean"]["seeds"]) == (3, 3)
     deep = results["deep"]
     assert deep["num_layers"] == 4 and set(deep["runs"]) == {"pre", "mixln"}
     assert np.shape(deep["runs"]["mixln"]["decoder"][KERNEL]["norm_of_mean"]["seeds"]) == (3, 4)
@@ -76,6 +83,31 @@ def test_probe_matches_param_probes_grad_norms():
         for name, metrics in names.items():
             for metric, value in metrics.items():
                 np.testing.assert_allclose(value, theirs["stacks"][stack][name][metric], rtol=1e-5, atol=1e-7)
+
+
+def test_paired_batches_match_param_probes_on_the_training_loss():
+    """The real-batch arm: ffn_grad_norms on given translation batches equals param_probes on training's masked
+    target cross-entropy of the same batches (padding excluded)."""
+    model = normjax.Transformer(normjax.ModelConfig(arch="encoder_decoder", placement="post", **TINY), rngs=nnx.Rngs(2))
+    rng = np.random.default_rng(0)
+    pairs = [(rng.integers(4, 31, rng.integers(1, 5)), rng.integers(4, 31, rng.integers(1, 5))) for _ in range(12)]
+    source = batching.Seq2SeqBatches(pairs, batching.BatchSpec(batch_size=2, buckets=(6,)), seed=0)
+    batches = [source.batch(i) for i in range(3)]
+    assert not all(b["tgt_mask"].all() for b in batches)  # padding present: the mask matters
+    stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+    ours = probe.ffn_grad_norms(model, probe.PairedBatches(), 3, seed=0, batches=stacked)
+
+    def loss(m, b):
+        logits, targets, mask = steps.forward(m, "seq2seq", b)
+        return (optax.softmax_cross_entropy_with_integer_labels(logits, targets) * mask).sum() / mask.sum()
+
+    theirs = param_probes.grad_norms(model, loss, batches)
+    for stack, names in ours.items():
+        for name, metrics in names.items():
+            for metric, value in metrics.items():
+                np.testing.assert_allclose(value, theirs["stacks"][stack][name][metric], rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="4 batches asked for, 3 given"):
+        probe.ffn_grad_norms(model, probe.PairedBatches(), 4, seed=0, batches=stacked)
 
 
 def test_one_batch_norm_of_mean_is_the_batch_norm():
@@ -122,6 +154,15 @@ def _results(post, pre, post_enc=None, pre_enc=None, deep=None, num_seeds=3):
         deep_runs = {p: {"decoder": _stack(_profile([0.0] * len(r), r))} for p, r in deep.items()}
         out["deep"] = {"arch": "decoder", "num_layers": 24, "num_batches": 4, "runs": deep_runs}
     return out
+
+
+def _with_gettext(results, post, pre):
+    """`results` with a real-batch arm whose decoder slopes are `post`, `pre`."""
+    runs = {
+        p: {"decoder": _stack(_profile(v)), "encoder": _stack(_profile(v))} for p, v in (("post", post), ("pre", pre))
+    }
+    data = {"pairs": {"train": 100, "valid": 3, "test": 3}, "vocab_size": 500}
+    return results | {"gettext": {"data": data, "runs": runs}}
 
 
 def _verdicts(results):
@@ -186,3 +227,17 @@ def test_rules_with_fewer_than_three_seeds_say_so():
     rows = judge("grad_norms_at_init", _results(post=[0.40, 0.42], pre=[0.0, 0.01], num_seeds=2))
     assert {row["verdict"] for row in rows} == {"not testable at this scale"}
     assert all("only 2 seed(s)" in row["reason"] for row in rows if row["claim"] != "R5")
+
+
+def test_x6_on_real_batches_is_judged_flat_relative_to_post_ln():
+    # Pre-LN's slopes near +0.04: outside the copy task's absolute band [-0.05, 0.05] at 3 seeds, inside a quarter
+    # of Post-LN's 0.41 (+-0.1025); the copy task's profiles (pre grows there) are reported, not judged
+    copy = _results(post=GROWS, pre=GROWS)
+    assert _verdicts(copy)["X6"] == "partly holds"
+    row = next(
+        r for r in judge("grad_norms_at_init", _with_gettext(copy, GROWS, [0.03, 0.04, 0.05])) if r["claim"] == "X6"
+    )
+    assert row["verdict"] == "holds" and "copy task (not judged)" in row["measured"] and "+-0.102" in row["reason"]
+    assert row["figure"] == "xiong_fig3_gettext.png"
+    assert _verdicts(_with_gettext(copy, GROWS, [0.20, 0.21, 0.22]))["X6"] == "partly holds"  # pre grows too
+    assert _verdicts(_with_gettext(copy, FLAT, FLAT))["X6"] == "does not hold"  # post does not grow, band +-0

@@ -7,6 +7,7 @@ import ml_collections
 
 from normjax.studies import schema as s
 from normjax.studies.presets import INIT_TIME_SPECS, preset
+from normjax.train.config_schema import Spec
 
 PAPER_SPECS = INIT_TIME_SPECS + ("mixln",)  # the :paper list of the 6-6 and encoder models (mixln reported there:
 # 1 Post-LN layer of 6; R5 is judged on the deep decoder, `deep_*`)
@@ -27,6 +28,11 @@ def _quick():
     c.deep_layers = 12
     c.deep_placements = ("pre", "mixln", "post")
     c.deep_num_batches = 8
+    # X6 on real batches (Xiong et al.'s Fig. 3 uses IWSLT14 De-En): the 6-6 model on the De-En pairs of the
+    # system's gettext catalogs (normjax.train.data_gettext, warmup_ablation's translation corpus), `num_batches`
+    # training batches of `batch_size` pairs up to `seq_len` tokens; () leaves the arm out
+    c.gettext_placements = ("post", "pre")
+    c.gettext_bpe_vocab = 2000  # the joint BPE vocabulary of warmup_ablation's translation arm (X7)
     return c
 
 
@@ -66,6 +72,8 @@ SCHEMA = s.MODEL | dict(
     deep_layers=s.POS,
     deep_placements=s.MODEL_SPECS,
     deep_num_batches=s.POS,
+    gettext_placements=Spec(tuple, item=Spec(str), nonempty=False),
+    gettext_bpe_vocab=Spec(int, lo=8),
 )
 
 
@@ -73,4 +81,5 @@ def check(values: dict) -> None:
     """Every placement spec builds in at least one of the study's architectures; the sizes build."""
     s.check_specs("grad_norms_at_init", values, ("placements",), [{"arch": a} for a in values["archs"]])
     s.check_specs("grad_norms_at_init", values, ("deep_placements",), [{"arch": "decoder"}])
+    s.check_specs("grad_norms_at_init", values, ("gettext_placements",), [{"arch": "encoder_decoder"}])
     s.check_sizes(values)

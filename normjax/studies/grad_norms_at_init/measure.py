@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import numpy as np
 from absl import logging
 from flax import nnx
@@ -10,8 +13,9 @@ from tqdm import tqdm
 import normjax
 from normjax import plotting, specs
 from normjax.jacobian import fits
-from normjax.studies.ffn_gradients import FFN_KERNELS, CopyTask, ffn_grad_norms
+from normjax.studies.ffn_gradients import FFN_KERNELS, CopyTask, PairedBatches, ffn_grad_norms
 from normjax.studies.seeds import seeds
+from normjax.train import batching, data_gettext
 
 METRICS = ("norm_of_mean", "mean_of_norms")
 TITLES = {"encoder_decoder": "enc-dec", "encoder": "encoder-only", "decoder": "decoder-only"}
@@ -39,6 +43,33 @@ def measure(config, arch: str, placement: str, seed: int, num_layers=None, num_b
     model = normjax.Transformer(model_config(config, arch, placement, num_layers), rngs=nnx.Rngs(seed))
     task = CopyTask(arch, config.batch_size, config.seq_len, config.vocab_size)
     return ffn_grad_norms(model, task, num_batches or config.num_batches, seed=1000 + seed)
+
+
+@functools.lru_cache(maxsize=1)
+def gettext_corpus(bpe_vocab: int) -> tuple[int, list, dict]:
+    """(vocab size, training pairs, what names the data) of the De-En gettext corpus with a `bpe_vocab` BPE
+    (built once into the user cache, then read back and checked against its manifest)."""
+    folder = data_gettext.cached_corpus(data_gettext.CorpusSpec(vocab_size=bpe_vocab))
+    vocab, splits, _, record = data_gettext.load_corpus(folder)
+    return len(vocab), splits["train"], {k: v for k, v in record.items() if k != "path"}  # no machine's path
+
+
+def gettext_batches(config, seed: int) -> dict:
+    """`num_batches` training batches of `batch_size` pairs (up to `seq_len` tokens with eos), in seed's order,
+    stacked: {"src", "src_mask", "tgt_in", "tgt_out", "tgt_mask"} of shape (num_batches, batch_size, seq_len)."""
+    _, pairs, _ = gettext_corpus(config.gettext_bpe_vocab)
+    spec = batching.BatchSpec(batch_size=config.batch_size, buckets=(config.seq_len,))
+    source = batching.Seq2SeqBatches(pairs, spec, seed=1000 + seed)
+    batches = [source.batch(i) for i in range(config.num_batches)]
+    return {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+
+
+def measure_gettext(config, placement: str, seed: int) -> dict:
+    """ffn_grad_norms of the 6-6 model (vocabulary: the corpus's BPE) on real De-En batches."""
+    vocab_size = gettext_corpus(config.gettext_bpe_vocab)[0]
+    cfg = dataclasses.replace(model_config(config, "encoder_decoder", placement), vocab_size=vocab_size)
+    model = normjax.Transformer(cfg, rngs=nnx.Rngs(seed))
+    return ffn_grad_norms(model, PairedBatches(), config.num_batches, seed, batches=gettext_batches(config, seed))
 
 
 def layer_profile(values_SL) -> dict:
@@ -105,7 +136,24 @@ def compute(config, study) -> dict:
         results["runs"].setdefault(arch, {})[placement] = _aggregate(runs)
     if config.get("deep_placements"):
         results["deep"] = _deep(config, study, seed_list)
+    if config.get("gettext_placements"):
+        results["gettext"] = _gettext(config, study, seed_list)
     return results
+
+
+def _gettext(config, study, seed_list) -> dict:
+    """X6's real-batch arm: {"data", "runs": {placement: aggregate}} of the 6-6 model on the gettext corpus."""
+    out = {"data": gettext_corpus(config.gettext_bpe_vocab)[2] | {"bpe_vocab": config.gettext_bpe_vocab}, "runs": {}}
+    for placement in tqdm(config.gettext_placements, desc="grad_norms_at_init gettext 6-6", unit="model"):
+        runs = [
+            study.cached(
+                f"gettext{config.gettext_bpe_vocab}-{specs.parse(placement).file_key}-{seed}",
+                lambda s=seed, p=placement: measure_gettext(config, p, s),
+            )
+            for seed in seed_list
+        ]
+        out["runs"][placement] = _aggregate(runs)
+    return out
 
 
 def _deep(config, study, seed_list) -> dict:
@@ -181,9 +229,15 @@ def _curve(ax, m: dict, placement: str, label: str) -> None:
 
 
 def plot_fig3(results: dict, study) -> list[str]:
-    """Xiong et al.'s Fig. 3(a, b): gradient norm of the FFN's W^2 per layer of the 6-6 model, Post-LN vs Pre-LN,
-    one panel per stack on one shared y axis (linear, as the paper's)."""
-    by_p = results["runs"].get("encoder_decoder", {})
+    """Xiong et al.'s Fig. 3(a, b) on the copy task and, where measured, on the gettext batches."""
+    copy = _plot_fig3(results, study, results["runs"].get("encoder_decoder", {}), "copy task", "xiong_fig3")
+    real = (results.get("gettext") or {}).get("runs", {})
+    return copy + _plot_fig3(results, study, real, "gettext De-En batches", "xiong_fig3_gettext")
+
+
+def _plot_fig3(results: dict, study, by_p: dict, source: str, stem: str) -> list[str]:
+    """Gradient norm of the FFN's W^2 per layer of the 6-6 model, Post-LN vs Pre-LN, one panel per stack on one
+    shared y axis (linear, as the paper's)."""
     if not {"post", "pre"} <= set(by_p):
         return []
     with plotting.style():
@@ -201,12 +255,12 @@ def plot_fig3(results: dict, study) -> list[str]:
             ax.legend(fontsize=7)
         fig.suptitle(
             "Mirrors Xiong et al. 2020 (arXiv 2002.04745), Fig. 3(a, b): gradient norm of the FFN's $W^2$ per layer "
-            f"at init\n(here: copy task, d {results.get('d_model', '')}; {results['num_batches']} batches, mean "
+            f"at init\n(here: {source}, d {results.get('d_model', '')}; {results['num_batches']} batches, mean "
             rf"$\pm$ std over {results['num_seeds']} seeds)",
             fontsize=8,
         )
         fig.tight_layout()
-        return plotting.save(fig, study.figure_stem("xiong_fig3"))
+        return plotting.save(fig, study.figure_stem(stem))
 
 
 def plot_deep(results: dict, study) -> list[str]:
