@@ -19,7 +19,9 @@ from normjax.studies.grad_norms_at_init import config as presets
 from normjax.studies.grad_norms_at_init import measure as grad_norms_at_init
 from normjax.studies.grad_norms_at_init.verdicts import KERNEL
 from normjax.studies.judge import judge
-from normjax.train import batching, steps
+from normjax.train import batching, data_gettext, steps
+from normjax.train.data_gettext import CorpusSpec, build_corpus
+from tests.train.test_gettext_task import write_catalogs
 
 TINY = dict(vocab_size=31, d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=8)
 
@@ -32,20 +34,40 @@ def _tiny():
     c.batch_size, c.seq_len, c.num_batches = 2, 6, 3
     c.seed, c.num_seeds = 1, 3  # not seed 0: --config.seed=1 must work
     c.deep_layers, c.deep_placements, c.deep_num_batches = 4, ("pre", "mixln"), 2  # mixln: 1 Post-LN layer of 4
-    c.gettext_placements, c.gettext_bpe_vocab = ("post", "pre"), 2000  # X6's real batches (the X7 corpus)
+    c.gettext_placements, c.gettext_bpe_vocab = (), 120  # X6's real batches: on in the smoke test
     return c
 
 
-def test_grad_norms_at_init_smoke(tmp_path):
+@pytest.fixture
+def small_corpus(tmp_path, monkeypatch):
+    """The gettext arm reads a corpus built here from small .mo files (tests/train/test_gettext_task.py), not the
+    system's catalogs: data_gettext.cached_corpus answers with it."""
+    spec = CorpusSpec(prefixes=(write_catalogs(tmp_path / "prefix"),), valid_fraction=0.15, test_fraction=0.15,
+                      vocab_size=120, min_pairs=20)  # fmt: skip
+    build_corpus(spec, str(tmp_path / "corpus"))
+
+    def cached_corpus(asked):
+        assert asked.vocab_size == 120, asked  # the config's gettext_bpe_vocab reaches the builder
+        return str(tmp_path / "corpus")
+
+    monkeypatch.setattr(data_gettext, "cached_corpus", cached_corpus)
+    grad_norms_at_init.gettext_corpus.cache_clear()
+    yield
+    grad_norms_at_init.gettext_corpus.cache_clear()
+
+
+def test_grad_norms_at_init_smoke(tmp_path, small_corpus):
+    config = _tiny()
+    config.seq_len, config.gettext_placements = 16, ("post", "pre")  # the catalog's pairs fit 16 tokens
     saved = runner.run_study(
-        "grad_norms_at_init", str(tmp_path), _tiny(), grad_norms_at_init.compute, grad_norms_at_init.plot
+        "grad_norms_at_init", str(tmp_path), config, grad_norms_at_init.compute, grad_norms_at_init.plot
     )
     results = saved["results"]
     for figure in ("grad_fc2.png", "xiong_fig3.png", "xiong_fig3_gettext.png", "grad_deep_decoder.png"):
         assert (tmp_path / "grad_norms_at_init" / figure).exists()
     real = results["gettext"]
     assert set(real["runs"]) == {"post", "pre"} and len(real["data"]["manifest_sha256"]) == 64
-    assert "path" not in real["data"] and real["data"]["bpe_vocab"] == 2000
+    assert "path" not in real["data"] and real["data"]["bpe_vocab"] == 120 and real["data"]["pairs"]["train"] > 0
     assert np.shape(real["runs"]["post"]["decoder"][KERNEL]["norm_of_mean"]["seeds"]) == (3, 3)
     deep = results["deep"]
     assert deep["num_layers"] == 4 and set(deep["runs"]) == {"pre", "mixln"}

@@ -28,10 +28,11 @@ def _quick():
     c.deep_layers = 12
     c.deep_placements = ("pre", "mixln", "post")
     c.deep_num_batches = 8
-    # X6 on real batches (Xiong et al.'s Fig. 3 uses IWSLT14 De-En): the 6-6 model on the De-En pairs of the
-    # system's gettext catalogs (normjax.train.data_gettext, warmup_ablation's translation corpus), `num_batches`
-    # training batches of `batch_size` pairs up to `seq_len` tokens; () leaves the arm out
-    c.gettext_placements = ("post", "pre")
+    # X6 on real batches (Xiong et al.'s Fig. 3 uses IWSLT14 De-En; :standard and :paper): the 6-6 model on the
+    # De-En pairs of the system's gettext catalogs (normjax.train.data_gettext, warmup_ablation's translation
+    # corpus), `num_batches` training batches of `batch_size` pairs up to `seq_len` tokens; () leaves the arm out
+    # (:quick, so the main command needs no catalogs)
+    c.gettext_placements = ()
     c.gettext_bpe_vocab = 2000  # the joint BPE vocabulary of warmup_ablation's translation arm (X7)
     return c
 
@@ -44,6 +45,7 @@ def _standard():
     # (32-44 s) ~ one seed of the 6-6 model at 48 batches (35-39 s); the 6-6 + encoder arms without mixln and this
     # arm come to ~1.3x the 75.7 s of the previous :standard (3 placements, no deep arm): ~100 s.
     c.deep_layers, c.deep_num_batches = 24, 24
+    c.gettext_placements = ("post", "pre")  # X6's real batches (its pilot: scripts/pilot_x6_gettext.py)
     return c
 
 
@@ -53,6 +55,7 @@ def _paper():
     c.vocab_size, c.d_model, c.num_heads, c.d_ff = 10000, 512, 4, 1024  # IWSLT model (X8)
     c.batch_size, c.seq_len, c.num_batches, c.num_seeds = 32, 64, 100, 5
     c.deep_layers, c.deep_num_batches = 24, 100
+    c.gettext_placements = ("post", "pre")
     return c
 
 
