@@ -4,6 +4,7 @@ import collections
 import contextlib
 import logging
 import os
+import warnings
 
 import jax
 from jax.experimental.compilation_cache.compilation_cache import reset_cache
@@ -14,6 +15,11 @@ _COMPILE_LOGGER = "jax._src.interpreters.pxla"  # the logger of jax.log_compiles
 # bound. (The XLA crashes once blamed on it, 2026-12-05/06, were long-lived test processes running out of memory
 # maps, vm.max_map_count, one set per compiled program kept; they came with the cache off too. tests/conftest.py.)
 OPT_IN_BACKENDS = ("cpu",)
+# Processes sharing one cache folder (a sweep's workers, array tasks, the test session) can read an entry while
+# another writes it, or one that a killed process left half written: JAX then warns and compiles the program
+# itself (and writes the entry anew), so only time is lost. The warning is dropped where normjax's cache is on: it
+# was the second line on stderr of a sweep stopped by Ctrl-C (CI, 2026-12-07).
+UNREADABLE_ENTRY = "Error reading persistent compilation cache entry"
 
 
 def default_cache_dir(backend: str | None = None) -> str | None:
@@ -33,7 +39,8 @@ def enable_compilation_cache(folder: str | None = None) -> str | None:
     """Turns on JAX's persistent compilation cache (a program compiled by an earlier process of the same jax,
     backend and flags is read back instead of compiled), unless one is set already (jax.config or
     JAX_COMPILATION_CACHE_DIR: that setting is respected), NORMJAX_COMPILATION_CACHE is "off", or the backend is
-    the CPU and NORMJAX_COMPILATION_CACHE names no folder (default_cache_dir).
+    the CPU and NORMJAX_COMPILATION_CACHE names no folder (default_cache_dir). Where a cache is on, JAX's warning
+    about an unreadable entry is dropped (UNREADABLE_ENTRY).
 
     Args:
       folder: the cache folder; None: default_cache_dir().
@@ -43,10 +50,12 @@ def enable_compilation_cache(folder: str | None = None) -> str | None:
     """
     current = jax.config.jax_compilation_cache_dir
     if current:
+        warnings.filterwarnings("ignore", message=UNREADABLE_ENTRY, category=UserWarning)
         return current
     folder = folder or default_cache_dir()
     if folder is None:
         return None
+    warnings.filterwarnings("ignore", message=UNREADABLE_ENTRY, category=UserWarning)
     os.makedirs(folder, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", folder)
     reset_cache()  # JAX decides once per process whether a cache is used: at its first compile, maybe before this

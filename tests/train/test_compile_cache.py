@@ -1,6 +1,8 @@
 """JAX's persistent compilation cache: on by default on accelerators, opt-in on the CPU, an existing setting
 respected, "off" honoured."""
 
+import warnings
+
 import jax
 import pytest
 
@@ -42,3 +44,16 @@ def test_count_compiles_counts_each_new_program_once_by_name():
         f(jax.numpy.ones(5) * 2)  # same shape: no compile
         f(jax.numpy.ones(6))  # a new shape: a new program
     assert compiles["jit(<lambda>)"] == 2
+
+
+def test_an_unreadable_entry_warns_no_one_where_the_cache_is_on(no_cache_setting, tmp_path, recwarn):
+    """A half-written entry (another process writing it, or killed while it did): JAX compiles the program itself;
+    its warning is dropped, other warnings are not."""
+    compile_cache.enable_compilation_cache(str(tmp_path / "xla"))
+    warnings.warn(
+        f"{compile_cache.UNREADABLE_ENTRY} for 'jit_f': error: Error -5 while decompressing data",
+        UserWarning,
+        stacklevel=1,
+    )
+    warnings.warn("another warning", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in recwarn] == ["another warning"]

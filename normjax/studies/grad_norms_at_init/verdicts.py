@@ -28,7 +28,7 @@ THRESHOLDS = {
         0.25,
         "X6 on real batches: Pre-LN is 'about flat' when its decoder slope's whole 95% interval lies inside +-0.25 "
         "x Post-LN's mean decoder slope (same batches, same seeds): a quarter of Post-LN's per-layer change, "
-        "declared before any gettext run. Pilot (seeds 1000-1004, never judged; "
+        "declared before any gettext run. On pilot seeds 1000-1004 (never judged; "
         "docs/results/grad_norms_at_init/pilot_gettext.json, scripts/pilot_x6_gettext.py, 48 batches at :standard): "
         "Post-LN decoder slope +0.369 [+0.311, +0.427], Pre-LN -0.076 [-0.088, -0.065]; the band at 0.25 is "
         "+-0.092, 0.004 beyond Pre-LN's interval: knife-edge (at 0.125, +-0.046, contradicted; at 0.375 supported)",
