@@ -116,6 +116,8 @@ def ffn_grad_norms(model, task: CopyTask | PairedBatches, num_batches: int, seed
       al.'s ||E_b[grad_b]||_F (equal for one batch, smaller otherwise).
     """
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    if isinstance(task, CopyTask) != (batches is None):  # never a copy task's norms for given batches, or none
+        raise ValueError(f"a CopyTask draws its batches and takes none; PairedBatches needs them (task {task})")
     if isinstance(task, CopyTask):
         items = jax.random.split(jax.random.key(seed), num_batches)
     else:

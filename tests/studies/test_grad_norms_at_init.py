@@ -130,6 +130,10 @@ def test_paired_batches_match_param_probes_on_the_training_loss():
                 np.testing.assert_allclose(value, theirs["stacks"][stack][name][metric], rtol=1e-5, atol=1e-7)
     with pytest.raises(ValueError, match="4 batches asked for, 3 given"):
         probe.ffn_grad_norms(model, probe.PairedBatches(), 4, seed=0, batches=stacked)
+    with pytest.raises(ValueError, match="a CopyTask draws its batches and takes none"):  # not silently ignored
+        probe.ffn_grad_norms(model, probe.CopyTask("encoder_decoder", 2, 6, 31), 3, seed=0, batches=stacked)
+    with pytest.raises(ValueError, match="PairedBatches needs them"):
+        probe.ffn_grad_norms(model, probe.PairedBatches(), 3, seed=0)
 
 
 def test_one_batch_norm_of_mean_is_the_batch_norm():
