@@ -128,8 +128,10 @@ _CLAIMS = (
           "Post-LN and stays small and nearly flat for DeepNorm."),
     Claim("D3", "Post-LN without warmup: exploding update, LN inputs grow >> sqrt(d), gradients vanish", DEEPNET,
           "Post-LN fails without warmup by a chain: an exploding first update, then LN inputs >> sqrt(d), then "
-          "gradients vanishing through the LNs. A2 (warmup of the top or the bottom half only) and A1/A4 (the "
-          "first updates' size set by Adam's preconditioner) test where and through what the chain starts."),
+          "gradients vanishing through the LNs. Measured here: each link's size and the links' order in time at the "
+          "probed steps, not that one causes the next (no intervention sets the LN inputs). A2 (warmup of the top "
+          "or the bottom half only) and A1/A4 (the first updates' size set by Adam's preconditioner) test where and "
+          "through what the chain starts."),
     Claim("R1", "ReZero: input-output Jacobian exactly I at init; only alpha gets a gradient at step 0",
           "Bachlechner et al. 2020, ReZero is All You Need (arXiv 2003.04887)", "With alpha = 0 the input-output "
           "Jacobian is exactly I and only alpha gets a gradient at step 0 (a check of this code)."),
@@ -215,10 +217,11 @@ SCOPE = {  # where each claim is tested, relative to the setting it is made in (
     "X7": {"scope": OUTSIDE, "outside": "depth 2-2 (paper 6-6), width d 128 (512), gettext De-En (IWSLT14), 600 "
            "steps (50 epochs)"},
     "L1": {"scope": OUTSIDE, "outside": "width d 32 (paper 512), byte-LM batches instead of WMT14 En-De"},
-    "L3": {"scope": OUTSIDE, "outside": "width d 128 (paper 512), the synthetic copy task instead of WMT14/IWSLT14"},
+    "L3": {"scope": OUTSIDE, "outside": "6-6 layers at width d 128 (paper: 18 layers, d 512), the gettext "
+           "catalogs' De-En strings (a copy task where that arm is off) instead of WMT14 En-De"},
     "L2": {"scope": "library default"},  # admin-torch's closed form, not a statement of Liu et al.
-    "D2": {"scope": OUTSIDE, "outside": "decoder-only byte LM, d 32, 100 steps (paper: 64-128-2 encoder-decoders "
-           "on IWSLT14)"},
+    "D2": {"scope": OUTSIDE, "outside": "decoder-only byte LM, d 32, the first 10 updates at lr 1e-4 (paper: "
+           "64-128-2 encoder-decoders on IWSLT14)"},
     "D3": {"scope": OUTSIDE, "outside": "decoder-only byte LM, d 32, 100 steps (paper: encoder-decoders on "
            "IWSLT14 / WMT)"},
     "R3": {"scope": OUTSIDE, "outside": "small byte LMs (paper: 6-6 NMT models on IWSLT14 / WMT14)"},

@@ -9,7 +9,7 @@ import pytest
 from normjax.report import CLAIMS, VERDICTS
 from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE
 from normjax.studies import runner
-from normjax.studies.deep_training import STUDY
+from normjax.studies.deep_training import STUDY, runs
 from normjax.studies.deep_training import measure as deep_training
 from normjax.studies.deep_training.verdicts import decoder_deepnorm
 from normjax.studies.judge import judge
@@ -19,7 +19,7 @@ H = 3.3  # the synthetic unigram entropy
 
 def _tiny():
     c = ml_collections.ConfigDict()
-    c.runs, c.depths = ("post", "deepnorm", "resi_dual", "post+no_bias"), (2,)
+    c.runs, c.depths = ("post", "deepnorm", "resi_dual", "post+no_bias"), (2, 3)
     c.side_runs, c.side_depths = (), ()
     c.d_model, c.num_heads, c.d_ff = 16, 2, 32
     c.seq_len, c.batch_size, c.max_bytes, c.data_seed = 16, 4, 100_000, 0
@@ -28,7 +28,7 @@ def _tiny():
     c.early_steps, c.probe_every, c.final_window = 2, 2, 2
     c.divergence_factor, c.divergence_patience, c.divergence_check_every = 1.5, 10, 10
     c.s7_depths, c.s7_lrs, c.s7_warmup, c.s7_steps, c.s7_schedule = (2, 3), (3e-3,), 1, 4, "constant"
-    c.seed, c.num_seeds = 0, 3
+    c.seed, c.num_seeds, c.d2_num_seeds = 0, 3, 4
     return c
 
 
@@ -61,6 +61,14 @@ def test_deep_training_smoke(tmp_path):
     assert all(row["verdict"] in VERDICTS for row in rows.values())
     assert rows["D1"]["verdict"] == CONSTRUCTION
     assert rows["S7"]["verdict"] == "not testable at this scale"
+    # D2 over 4 seeds: the main runs' 3, then one early-update-only run per depth, for post and deepnorm only
+    d2 = results["d2"]
+    assert d2["seeds"] == [0, 1, 2, 3] and set(d2["early_update"]) == {"post", "deepnorm"}
+    for run in ("post", "deepnorm"):
+        for depth in ("2", "3"):
+            main = [s["early_update"] for s in results["summary"][run][depth]["per_seed"]]
+            assert d2["early_update"][run][depth][:3] == main and len(d2["early_update"][run][depth]) == 4
+        assert len(results["update_fits"][run]) == 4
 
 
 def _seed(final, update=1.0, end=(1.0, 8.0), init=(1.0, 2.0), first=2.0):
@@ -141,10 +149,10 @@ def _rows(results):
 
 
 def test_rules_clean_pass():
-    rows = _rows(_results())
+    rows = _rows(_with_d2(_results(), [1.26 + 0.01 * i for i in range(9)], [0.01 * (i - 4) for i in range(9)]))
     for claim in ("D2", "D3", "S7", "S4", "R4", "R3"):
         assert rows[claim]["verdict"] == "holds", (claim, rows[claim]["reason"])
-        assert "(3 seeds" in rows[claim]["key"]
+        assert f"({9 if claim == 'D2' else 3} seeds" in rows[claim]["key"]
 
 
 def test_s7_fails_when_deepnorm_fails_too():
@@ -202,3 +210,41 @@ def test_s7_says_when_post_ln_fails_by_stalling_at_the_unigram_level():
     results["s7"]["summary"]["post"]["18"] = _entry((H, H + 0.01, H - 0.01))
     measured = _rows(results)["S7"]["measured"]
     assert "stalled at the unigram predictor: final loss - H(p) L=18: +0.000 [" in measured
+
+
+def test_early_update_run_equals_a_full_runs_d2_part():
+    # the extra D2 seeds measure only D2's part of a run: the same init, batches and step, so the same number
+    config = _tiny()
+    full = runs.train_run(config, "post", 2, 5)
+    alone = runs.early_update_run(config, "post", 2, 5)
+    assert alone == {"seed": 5, "early_update": runs.mean_early_update(full["small_lr_update"])}
+
+
+def _with_d2(results, post_slopes, deepnorm_slopes):
+    """`results` with D2 over len(post_slopes) seeds: per-seed updates at depths 6 and 18 with those slopes."""
+    out = copy.deepcopy(results)
+    update = lambda e: [1.0, float(3.0**e)]  # slope e over 6 -> 18 layers
+    out["d2"] = {
+        "seeds": list(range(len(post_slopes))),
+        "early_update": {
+            "post": {d: [update(e)[i] for e in post_slopes] for i, d in enumerate(("6", "18"))},
+            "deepnorm": {d: [0.1 * update(e)[i] for e in deepnorm_slopes] for i, d in enumerate(("6", "18"))},
+        },
+    }
+    out["update_fits"] = {
+        "post": [{"exponent": e} for e in post_slopes],
+        "deepnorm": [{"exponent": e} for e in deepnorm_slopes],
+    }
+    return out
+
+
+def test_d2_is_judged_on_the_median_slope_of_its_own_seeds():
+    flat = [0.01, -0.01, 0.02, 0.0, -0.02, 0.01, 0.0, -0.01, 0.02]
+    post = [1.2, 1.3, 1.25, 1.28, 1.22, 1.31, 1.27, 1.24, -3.0]  # one heavy-tailed seed: the mean's interval
+    row = _rows(_with_d2(_results(), post, flat))["D2"]  # straddles 0.2, the median's does not
+    assert row["verdict"] == "holds" and "(9 seeds, order statistics)" in row["key"], row["reason"]
+    assert "mean: Post-LN" in row["measured"]
+    # a DeepNorm slope that grows as Post-LN's does is not flat
+    assert _rows(_with_d2(_results(), post, [0.6] * 9))["D2"]["verdict"] == "partly holds"
+    # 3 seeds: the median's order-statistic interval is infinite, so no direction is resolved
+    assert _rows(_results())["D2"]["verdict"] == INCONCLUSIVE

@@ -59,6 +59,7 @@ def small_corpus(tmp_path, monkeypatch):
 def test_grad_norms_at_init_smoke(tmp_path, small_corpus):
     config = _tiny()
     config.seq_len, config.gettext_placements = 16, ("post", "pre")  # the catalog's pairs fit 16 tokens
+    config.gettext_num_seeds = 4  # the arm's own seed count
     saved = runner.run_study(
         "grad_norms_at_init", str(tmp_path), config, grad_norms_at_init.compute, grad_norms_at_init.plot
     )
@@ -68,7 +69,8 @@ def test_grad_norms_at_init_smoke(tmp_path, small_corpus):
     real = results["gettext"]
     assert set(real["runs"]) == {"post", "pre"} and len(real["data"]["manifest_sha256"]) == 64
     assert "path" not in real["data"] and real["data"]["bpe_vocab"] == 120 and real["data"]["pairs"]["train"] > 0
-    assert np.shape(real["runs"]["post"]["decoder"][KERNEL]["norm_of_mean"]["seeds"]) == (3, 3)
+    assert np.shape(real["runs"]["post"]["decoder"][KERNEL]["norm_of_mean"]["seeds"]) == (4, 3)
+    assert real["seeds"] == [1, 2, 3, 4] and real["num_seeds"] == 4
     deep = results["deep"]
     assert deep["num_layers"] == 4 and set(deep["runs"]) == {"pre", "mixln"}
     assert np.shape(deep["runs"]["mixln"]["decoder"][KERNEL]["norm_of_mean"]["seeds"]) == (3, 4)
@@ -182,13 +184,16 @@ def _results(post, pre, post_enc=None, pre_enc=None, deep=None, num_seeds=3):
     return out
 
 
-def _with_gettext(results, post, pre):
-    """`results` with a real-batch arm whose decoder slopes are `post`, `pre`."""
+def _with_gettext(results, post, pre, post_enc=None):
+    """`results` with a real-batch arm whose decoder slopes are `post`, `pre` (encoder: `post_enc` for Post-LN,
+    else the decoder's), with its own seed count (len(post))."""
+    enc = {"post": post if post_enc is None else post_enc, "pre": pre}
     runs = {
-        p: {"decoder": _stack(_profile(v)), "encoder": _stack(_profile(v))} for p, v in (("post", post), ("pre", pre))
+        p: {"decoder": _stack(_profile(v)), "encoder": _stack(_profile(enc[p]))}
+        for p, v in (("post", post), ("pre", pre))
     }
     data = {"pairs": {"train": 100, "valid": 3, "test": 3}, "vocab_size": 500}
-    return results | {"gettext": {"data": data, "runs": runs}}
+    return results | {"gettext": {"data": data, "num_seeds": len(post), "seeds": list(range(len(post))), "runs": runs}}
 
 
 def _verdicts(results):
@@ -267,3 +272,18 @@ def test_x6_on_real_batches_is_judged_flat_relative_to_post_ln():
     assert row["figure"] == "xiong_fig3_gettext.png"
     assert _verdicts(_with_gettext(copy, GROWS, [0.20, 0.21, 0.22]))["X6"] == "partly holds"  # pre grows too
     assert _verdicts(_with_gettext(copy, FLAT, FLAT))["X6"] == "does not hold"  # post does not grow, band +-0
+
+
+def test_l3_is_judged_on_the_same_real_batches_as_x6():
+    # the copy task's Post-LN encoder grows (partly holds there); the gettext arm's does not: L3 reads the gettext
+    # arm, as X6 does, over the arm's own seeds, and reports the copy task beside it
+    copy = _results(post=GROWS, pre=FLAT)
+    assert _verdicts(copy)["L3"] == "partly holds"
+    flat5 = [0.0, 0.01, -0.01, 0.005, -0.005]
+    real = _with_gettext(copy, GROWS + [0.41, 0.40], [0.0] * 5, post_enc=flat5)
+    row = next(r for r in judge("grad_norms_at_init", real) if r["claim"] == "L3")
+    assert row["verdict"] == "holds" and row["figure"] == "xiong_fig3_gettext.png"
+    assert "gettext De-En batches" in row["measured"] and "copy task (not judged)" in row["measured"]
+    assert "over 5 seeds" in row["reason"] and row["key"].startswith("gettext ")
+    assert _verdicts(_with_gettext(copy, GROWS, FLAT, post_enc=GROWS))["L3"] == "partly holds"
+    assert _verdicts(_with_gettext(_results(post=GROWS, pre=FLAT, post_enc=FLAT), FLAT, FLAT))["L3"] == "does not hold"

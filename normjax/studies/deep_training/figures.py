@@ -24,6 +24,15 @@ def _depth_series(by_depth: dict, key: str) -> tuple[list[int], list[float]]:
     return [int(d) for d, m in zip(depths, means, strict=True) if np.isfinite(m)], [m for m in means if np.isfinite(m)]
 
 
+def _early_update_series(by_depth: dict, d2_by_depth: dict | None) -> tuple[list[int], list[float]]:
+    """D2's early update per depth: the mean over D2's seeds where the run has them (results["d2"]), else over the
+    main runs' seeds."""
+    if d2_by_depth is None:
+        return _depth_series(by_depth, "early_update")
+    depths = sorted(d2_by_depth, key=int)
+    return [int(d) for d in depths], [_mean(d2_by_depth[d]) for d in depths]
+
+
 def _style(run: str) -> dict:
     side = specs.parse(run).is_variant
     return dict(
@@ -51,18 +60,21 @@ def _log_y(ax) -> None:
 def plot(results: dict, study) -> list[str]:
     summary, runs, setup = results["summary"], results["runs"], results["setup"]
     n = len(results["seeds"])
+    d2 = results.get("d2") or {"seeds": results["seeds"], "early_update": {}}
     fig, (ax_u, ax_t, ax_l) = plotting.figure(ncols=3)
     for run in summary:
-        ax_u.plot(*_depth_series(summary[run], "early_update"), **_style(run))
+        ax_u.plot(*_early_update_series(summary[run], d2["early_update"].get(run)), **_style(run))
         ax_l.plot(*_depth_series(summary[run], "final_loss"), **_style(run))
     if "post" in summary:  # the Post-LN prediction: an update growing with depth (O(N), Liu et al.)
-        d, u = _depth_series(summary["post"], "early_update")
+        d, u = _early_update_series(summary["post"], d2["early_update"].get("post"))
         ax_u.plot(d, u[0] * np.array(d) / d[0], **plotting.THEORY_STYLE, label=r"$\propto$ depth (Post-LN, O(N))")
     ax_u.set(
         yscale="log",
         xlabel="layers",
         ylabel=r"$\|F(x,\theta_t) - F(x,\theta_0)\|$",
-        title=f"early update t = 1..{setup['early_steps']}, lr {setup['update_lr']:g} ({n} seeds)",
+        title=f"early update t = 1..{setup['early_steps']}, lr {setup['update_lr']:g}\n(mean over {n} seeds"
+        + (f"; post, deepnorm {len(d2['seeds'])}" if d2["early_update"] else "")
+        + ")",
     )
     depths = sorted({int(d) for r in ("post", "deepnorm") for d in runs.get(r, {})})
     for run in ("post", "deepnorm"):

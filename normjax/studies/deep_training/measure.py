@@ -7,7 +7,14 @@ from tqdm import tqdm
 from normjax import specs
 from normjax.jacobian import fits
 from normjax.studies.byte_lm import data_record
-from normjax.studies.deep_training.runs import data, final_loss, probe_steps, summarize, train_run
+from normjax.studies.deep_training.runs import (
+    data,
+    early_update_run,
+    final_loss,
+    probe_steps,
+    summarize,
+    train_run,
+)
 from normjax.studies.seeds import seeds as seed_list
 from normjax.train.tasks import unigram_nll
 
@@ -25,15 +32,33 @@ def _by_seed(summaries: list[dict]) -> dict:
     return {"per_seed": summaries, "diverged_step": min(steps) if steps else None}
 
 
-def _fit_updates(config, summary: dict) -> dict:
-    """Per run and seed, the power-law fit of D2's early update against depth."""
+D2_RUNS = ("post", "deepnorm")  # D2 compares these two; their extra seeds (d2_num_seeds) measure the update only
+
+
+def _fit_updates(config, d2: dict) -> dict:
+    """Per run and seed of D2's seeds, the power-law fit of the early update against depth."""
     out = {}
-    for run in config.runs:
-        per_seed = [
-            [summary[run][str(d)]["per_seed"][i]["early_update"] for d in config.depths]
-            for i in range(config.num_seeds)
-        ]
-        out[run] = [fits.power_law_fit(config.depths, u).to_dict() for u in per_seed]
+    for run, by_depth in d2["early_update"].items():
+        per_seed = zip(*(by_depth[str(d)] for d in config.depths), strict=True)
+        out[run] = [fits.power_law_fit(config.depths, list(u)).to_dict() for u in per_seed]
+    return out
+
+
+def early_updates(config, study, summary: dict, seeds: list[int]) -> dict:
+    """D2's early update per run, depth and seed over seeds .. d2_num_seeds: the main runs' seeds from their
+    summaries, the others from early_update_run (the same init, batches and step; only D2's part)."""
+    d2_seeds = seed_list(config, max(config.d2_num_seeds, len(seeds)))
+    out = {"seeds": d2_seeds, "early_update": {}}
+    extra = [s for s in d2_seeds if s not in seeds]
+    for run in (r for r in config.runs if r in D2_RUNS):
+        for depth in config.depths:
+            main = [rec["early_update"] for rec in summary[run][str(depth)]["per_seed"]]
+            key = f"d2-{specs.parse(run).file_key}-L{depth}"
+            more = [
+                study.cached(f"{key}-s{s}", lambda r=run, d=depth, s=s: early_update_run(config, r, d, s))
+                for s in tqdm(extra, desc=f"deep_training D2 {run} L={depth}", unit="seed", disable=not extra)
+            ]
+            out["early_update"].setdefault(run, {})[str(depth)] = main + [rec["early_update"] for rec in more]
     return out
 
 
@@ -100,6 +125,7 @@ def compute(config, study) -> dict:
         results["runs"].setdefault(run, {})[str(depth)] = recs
         results["summary"].setdefault(run, {})[str(depth)] = _by_seed([summarize(rec, config) for rec in recs])
     if len(config.depths) >= 2:
-        results["update_fits"] = _fit_updates(config, results["summary"])
+        results["d2"] = early_updates(config, study, results["summary"], seeds)
+        results["update_fits"] = _fit_updates(config, results["d2"])
     results["s7"] = deepnorm_vs_depth(config, study, seeds, unigram) if config.s7_depths else None  # () skips S7
     return results

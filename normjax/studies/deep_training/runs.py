@@ -112,6 +112,41 @@ def _train(spec, state, batches, fixed, num_steps: int, probe: Probe, check_ever
     return probes, metrics, state
 
 
+def _setup(config, run: str, depth: int, seed: int, schedule: dict):
+    """(model config, the seed's model at init, step spec, hyperparameters, batches, fixed batch) of one run."""
+    cfg = model_config(config, run, depth, scan_layers=True)  # one compile per run and depth, whatever the seed
+    model = normjax.Transformer(cfg, rngs=nnx.Rngs(seed))
+    optimizer = nt.OptimizerSpec(config.optimizer, b1=config.b1, b2=config.b2, eps=config.eps)
+    spec = nt.StepSpec(nnx.graphdef(model), "lm", schedule["kind"], optimizer)
+    hp = hparams(config, cfg.vocab_size, schedule["lr"], schedule["warmup"], schedule["num_steps"])
+    return cfg, model, spec, hp, *data(config, seed)
+
+
+def _main_schedule(config) -> dict:
+    return {"lr": config.lr, "warmup": 0, "num_steps": config.num_steps, "kind": "constant"}
+
+
+def _small_lr_update(config, cfg, spec, hp, seed: int, batches, fixed) -> list:
+    """D2's regime: the first early_steps from the seed's init at update_lr (lr is traced: the main run's compiled
+    step is reused); the model update ||F(x, theta_t) - F(x, theta_0)|| at steps 0..early_steps."""
+    again = nt.init_state(spec, normjax.Transformer(cfg, rngs=nnx.Rngs(seed)), seed, hp | {"lr": config.update_lr})
+    every_step, no_check = Probe(1, None), config.early_steps + 1
+    return _train(spec, again, batches, fixed, config.early_steps, every_step, no_check)[0]["update"]
+
+
+def early_update_run(config, run: str, depth: int, seed: int) -> dict:
+    """D2's measurement alone, for the seeds beyond num_seeds (`d2_num_seeds`): the same init, batches and
+    compiled step as train_run's D2 part, so its "early_update" equals that of a full run of the seed."""
+    cfg, _, spec, hp, batches, fixed = _setup(config, run, depth, seed, _main_schedule(config))
+    update = _small_lr_update(config, cfg, spec, hp, seed, batches, fixed)
+    return {"seed": seed, "early_update": mean_early_update(update)}
+
+
+def mean_early_update(update: list) -> float:
+    """D2's number: the mean model update over steps 1..early_steps (step 0 is the init: 0)."""
+    return float(np.mean(np.array(update, float)[1:]))
+
+
 def train_run(config, run: str, depth: int, seed: int, schedule: dict | None = None) -> dict:
     """Trains one model (init, data order and dropout from `seed`).
 
@@ -119,16 +154,11 @@ def train_run(config, run: str, depth: int, seed: int, schedule: dict | None = N
     at update_lr from the same init (D2's regime). With `schedule` (S7: {"lr", "warmup", "num_steps", "kind"}):
     that run only, probed at its first and last step.
     """
-    cfg = model_config(config, run, depth, scan_layers=True)  # one compile per run and depth, whatever the seed
-    model = normjax.Transformer(cfg, rngs=nnx.Rngs(seed))
-    batches, fixed = data(config, seed)
-    init = init_record(model, run, fixed["tokens"][:2])
-    optimizer = nt.OptimizerSpec(config.optimizer, b1=config.b1, b2=config.b2, eps=config.eps)
     main = schedule is None
-    schedule = schedule or {"lr": config.lr, "warmup": 0, "num_steps": config.num_steps, "kind": "constant"}
-    spec = nt.StepSpec(nnx.graphdef(model), "lm", schedule["kind"], optimizer)
-    num_steps = schedule["num_steps"]
-    hp, start = hparams(config, cfg.vocab_size, schedule["lr"], schedule["warmup"], num_steps), time.time()
+    schedule = schedule or _main_schedule(config)
+    cfg, model, spec, hp, batches, fixed = _setup(config, run, depth, seed, schedule)
+    init = init_record(model, run, fixed["tokens"][:2])
+    num_steps, start = schedule["num_steps"], time.time()
     probe = main_probe(config) if main else Probe(num_steps, None)  # S7: the first and the last step
     probes, metrics, state = _train(
         spec, nt.init_state(spec, model, seed, hp), batches, fixed, num_steps, probe, config.divergence_check_every
@@ -143,11 +173,8 @@ def train_run(config, run: str, depth: int, seed: int, schedule: dict | None = N
         "grad_norm": [float(m["grad_norm"]) for m in metrics],
         "wall_time_s": time.time() - start,
     }
-    if main:  # the same init and batches at update_lr: lr is traced, so the compiled step is reused
-        again = nt.init_state(spec, normjax.Transformer(cfg, rngs=nnx.Rngs(seed)), seed, hp | {"lr": config.update_lr})
-        every_step, no_check = Probe(1, None), config.early_steps + 1
-        early = _train(spec, again, batches, fixed, config.early_steps, every_step, no_check)[0]
-        rec["small_lr_update"] = early["update"]
+    if main:
+        rec["small_lr_update"] = _small_lr_update(config, cfg, spec, hp, seed, batches, fixed)
     return rec
 
 
@@ -165,7 +192,7 @@ def summarize(rec: dict, config) -> dict:
     grads_PL, rms = np.array(p["layer_grad_norm"], float), np.array(p["ln_input_rms"], float)
     ms_PL = np.array(p["stream_ms"], float)
     return {
-        "early_update": float(np.mean(np.array(rec["small_lr_update"], float)[1:])),
+        "early_update": mean_early_update(rec["small_lr_update"]),
         "early_update_train_lr": float(np.mean(update[early])),
         "first_update_relative": float(update[1] / p["output_norm"]),
         "final_loss": final_loss(rec, config.final_window),

@@ -137,13 +137,15 @@ def compute(config, study) -> dict:
     if config.get("deep_placements"):
         results["deep"] = _deep(config, study, seed_list)
     if config.get("gettext_placements"):
-        results["gettext"] = _gettext(config, study, seed_list)
+        results["gettext"] = _gettext(config, study, seeds(config, config.gettext_num_seeds))
     return results
 
 
 def _gettext(config, study, seed_list) -> dict:
-    """X6's real-batch arm: {"data", "runs": {placement: aggregate}} of the 6-6 model on the gettext corpus."""
-    out = {"data": gettext_corpus(config.gettext_bpe_vocab)[2] | {"bpe_vocab": config.gettext_bpe_vocab}, "runs": {}}
+    """X6's and L3's real-batch arm: {"data", "num_seeds", "seeds", "runs": {placement: aggregate}} of the 6-6 model
+    on the gettext corpus."""
+    data = gettext_corpus(config.gettext_bpe_vocab)[2] | {"bpe_vocab": config.gettext_bpe_vocab}
+    out = {"data": data, "num_seeds": len(seed_list), "seeds": seed_list, "runs": {}}
     for placement in tqdm(config.gettext_placements, desc="grad_norms_at_init gettext 6-6", unit="model"):
         runs = [
             study.cached(
@@ -231,11 +233,12 @@ def _curve(ax, m: dict, placement: str, label: str) -> None:
 def plot_fig3(results: dict, study) -> list[str]:
     """Xiong et al.'s Fig. 3(a, b) on the copy task and, where measured, on the gettext batches."""
     copy = _plot_fig3(results, study, results["runs"].get("encoder_decoder", {}), "copy task", "xiong_fig3")
-    real = (results.get("gettext") or {}).get("runs", {})
-    return copy + _plot_fig3(results, study, real, "gettext De-En batches", "xiong_fig3_gettext")
+    real = results.get("gettext") or {}
+    n = real.get("num_seeds", results["num_seeds"])  # results of before the arm had its own count: the study's
+    return copy + _plot_fig3(results, study, real.get("runs", {}), "gettext De-En batches", "xiong_fig3_gettext", n)
 
 
-def _plot_fig3(results: dict, study, by_p: dict, source: str, stem: str) -> list[str]:
+def _plot_fig3(results: dict, study, by_p: dict, source: str, stem: str, num_seeds: int | None = None) -> list[str]:
     """Gradient norm of the FFN's W^2 per layer of the 6-6 model, Post-LN vs Pre-LN, one panel per stack on one
     shared y axis (linear, as the paper's)."""
     if not {"post", "pre"} <= set(by_p):
@@ -256,7 +259,7 @@ def _plot_fig3(results: dict, study, by_p: dict, source: str, stem: str) -> list
         fig.suptitle(
             "Mirrors Xiong et al. 2020 (arXiv 2002.04745), Fig. 3(a, b): gradient norm of the FFN's $W^2$ per layer "
             f"at init\n(here: {source}, d {results.get('d_model', '')}; {results['num_batches']} batches, mean "
-            rf"$\pm$ std over {results['num_seeds']} seeds)",
+            rf"$\pm$ std over {num_seeds or results['num_seeds']} seeds)",
             fontsize=8,
         )
         fig.tight_layout()

@@ -87,8 +87,15 @@ def _cell(arch: str, stack: str) -> str:
     return f"{'6-6' if arch == 'encoder_decoder' else arch + '-only'} {stack[:3]}"
 
 
-def _seeds(results) -> str:
-    return f"{results['num_seeds']} seeds"
+def _seeds(results, arm: dict | None = None) -> str:
+    """The seed count of the study, or of an arm that has its own (the gettext arm)."""
+    return f"{(arm or results).get('num_seeds', results['num_seeds'])} seeds"
+
+
+def _real_runs(results: dict) -> dict | None:
+    """The gettext arm's {placement: aggregate} where it measured Post-LN and Pre-LN, else None."""
+    runs = (results.get("gettext") or {}).get("runs", {})
+    return runs if {"post", "pre"} <= set(runs) else None
 
 
 def _missing(claim, prediction, what):
@@ -134,8 +141,8 @@ def fig3_profile(results: dict) -> dict:
     512); `num_batches` batches (the paper 100).
     """
     prediction = "6-6 Transformer at init: decoder FFN gradient grows with the layer index for Post-LN, Pre-LN flat"
-    real = {p: (results.get("gettext") or {}).get("runs", {}).get(p) for p in ("post", "pre")}
-    if all(real.values()):
+    real = _real_runs(results)
+    if real:
         return _fig3_real(results, prediction, *(real[p]["decoder"][KERNEL][METRIC] for p in ("post", "pre")))
     post, pre = (_profile(results, "encoder_decoder", p, "decoder") for p in ("post", "pre"))
     if post is None or pre is None:
@@ -177,10 +184,10 @@ def _fig3_real(results: dict, prediction: str, post: dict, pre: dict) -> dict:
         )
     )
     reason = (
-        f"rule, on real batches: post 'grows' (its slope's 95% interval over {_seeds(results)} above "
-        f"+{_trend()}/layer) and pre 'flat relative to post' (its interval inside +-{THRESHOLDS['FLAT_SHARE'].value:g}"
-        f" x post's mean slope = +-{band:.3f}/layer) -> holds; both contradicted -> does not hold; one of each -> "
-        "partly holds; a straddling interval -> inconclusive"
+        f"rule, on real batches: post 'grows' (its slope's 95% interval over {_seeds(results, results['gettext'])} "
+        f"above +{_trend()}/layer) and pre 'flat relative to post' (its interval inside "
+        f"+-{THRESHOLDS['FLAT_SHARE'].value:g} x post's mean slope = +-{band:.3f}/layer) -> holds; both "
+        "contradicted -> does not hold; one of each -> partly holds; a straddling interval -> inconclusive"
         + power_note("Pre-LN decoder slope", slope(pre), -band, band)
     )
     key = f"gettext dec slope/layer: post {slope(post).text('+.2f')}, pre {slope(pre).text('+.2f')}"
@@ -195,28 +202,40 @@ def decoder_not_encoder(results: dict) -> dict:
     relative to the network's largest; ours is ||E[grad]|| of the FFN's W^2, whose input is an LN output of fixed
     scale in Post-LN, so it tracks the gradient at that FFN's output. The decoder half is the same check as X6's
     Post-LN half (one number, one direction in both rules), so an outcome exists where X6 and L3 both hold.
+
+    Which data: the same arm as X6 (written before the arm's 30-seed run, stop 45): the gettext De-En batches where
+    the study measured them (their own seed count, `gettext_num_seeds`), else the copy task; the copy task is then
+    reported beside them. Judging L3's decoder half on other batches than X6's Post-LN half would judge one quantity
+    twice on two data sets. Ours differs from Liu et al.: gettext strings or a copy task instead of WMT14 En-De,
+    6-6 layers at d 128 (they show 18-layer models), the W^2 gradient rather than the sublayer-output gradient.
     """
     prediction = "At init, Post-LN's gradient vanishing (toward shallow layers) is in the decoder, not the encoder"
-    dec, enc = (_profile(results, "encoder_decoder", "post", s) for s in ("decoder", "encoder"))
-    if dec is None or enc is None:
+    real = _real_runs(results)
+    source = real["post"] if real else results["runs"].get("encoder_decoder", {}).get("post")
+    if source is None:
         return _missing("L3", prediction, "encoder_decoder post")
-    alone = _profile(results, "encoder", "post", "encoder")
+    dec, enc = (source[s][KERNEL][METRIC] for s in ("decoder", "encoder"))
     TREND, dec_grows = _trend(), grows(dec)
     # the encoder's contrast counts only where the decoder shows the vanishing (Kleene and): no decoder effect, no
     # "in the decoder, not the encoder", whatever the encoder does
     checks = [dec_grows, dec_grows & slope(enc).below(TREND)]
-    verdict = combine(checks)
-    measured = f"Post-LN {KERNEL} ||E[grad]||: decoder {_describe(dec)}; encoder {_describe(enc)}" + (
-        "" if alone is None else f"; encoder-only model (not judged) {_describe(alone)}"
-    )
+    where = f"{results['num_batches']} gettext De-En batches" if real else f"{results['num_batches']} copy-task batches"
+    measured = f"Post-LN {KERNEL} ||E[grad]|| over {where}: decoder {_describe(dec)}; encoder {_describe(enc)}"
+    copy = {s: _profile(results, "encoder_decoder", "post", s) for s in ("decoder", "encoder")}
+    if real and None not in copy.values():
+        measured += f"; copy task (not judged): decoder slope {slope(copy['decoder']).text('+.3f')}, encoder slope "
+        measured += slope(copy["encoder"]).text("+.3f")
+    alone = _profile(results, "encoder", "post", "encoder")
+    measured += "" if alone is None else f"; encoder-only model on the copy task (not judged) {_describe(alone)}"
     reason = (
         f"rule: the decoder's slope interval lies above +{TREND}/layer (grows) and the encoder's (same 6-6 model) "
         f"below +{TREND} (does not grow) -> holds; the decoder grows but the encoder's interval lies at or above "
         f"+{TREND} -> partly holds; the decoder's lies at or below it -> does not hold; an interval that straddles "
-        f"+{TREND} is inconclusive (95% intervals over {_seeds(results)})"
+        f"+{TREND} is inconclusive (95% intervals over {_seeds(results, results.get('gettext') if real else None)})"
     )
-    key = f"dec slope {slope(dec).text('+.2f')}, enc {slope(enc).text('+.2f')}"
-    return verdict_row("L3", prediction, measured, verdict, reason, FIGURE, key=key, checks=checks)
+    key = ("gettext " if real else "") + f"dec slope {slope(dec).text('+.2f')}, enc {slope(enc).text('+.2f')}"
+    figure = GETTEXT_FIGURE if real else FIGURE
+    return verdict_row("L3", prediction, measured, combine(checks), reason, figure, key=key, checks=checks)
 
 
 def _deep_profile(results, placement) -> dict | None:
