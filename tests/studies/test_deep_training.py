@@ -8,6 +8,7 @@ import pytest
 
 from normjax.report import CLAIMS, VERDICTS
 from normjax.report.claims import CONSTRUCTION, INCONCLUSIVE
+from normjax.report.rules import claim_verdict
 from normjax.studies import runner
 from normjax.studies.deep_training import STUDY, runs
 from normjax.studies.deep_training import measure as deep_training
@@ -28,7 +29,7 @@ def _tiny():
     c.early_steps, c.probe_every, c.final_window = 2, 2, 2
     c.divergence_factor, c.divergence_patience, c.divergence_check_every = 1.5, 10, 10
     c.s7_depths, c.s7_lrs, c.s7_warmup, c.s7_steps, c.s7_schedule = (2, 3), (3e-3,), 1, 4, "constant"
-    c.seed, c.num_seeds, c.d2_num_seeds = 0, 3, 4
+    c.seed, c.num_seeds, c.d2_num_seeds, c.d2_widths = 0, 3, 4, (24,)
     return c
 
 
@@ -69,6 +70,11 @@ def test_deep_training_smoke(tmp_path):
             main = [s["early_update"] for s in results["summary"][run][depth]["per_seed"]]
             assert d2["early_update"][run][depth][:3] == main and len(d2["early_update"][run][depth]) == 4
         assert len(results["update_fits"][run]) == 4
+        wide = d2["widths"]["24"][run]  # D2 at d 24: every D2 seed an early-update-only run
+        assert set(wide) == {"2", "3"} and all(len(u) == 4 and min(u) > 0 for u in wide.values())
+        assert wide["2"] != d2["early_update"][run]["2"] and len(d2["fits"]["24"][run]) == 4
+    d2_rows = [row for row in judge("deep_training", results) if row["claim"] == "D2"]
+    assert [row["key"].split(":")[0] for row in d2_rows] == ["d 16", "d 24 (early-update-only runs)"]
 
 
 def _seed(final, update=1.0, end=(1.0, 8.0), init=(1.0, 2.0), first=2.0):
@@ -210,6 +216,19 @@ def test_s7_says_when_post_ln_fails_by_stalling_at_the_unigram_level():
     results["s7"]["summary"]["post"]["18"] = _entry((H, H + 0.01, H - 0.01))
     measured = _rows(results)["S7"]["measured"]
     assert "stalled at the unigram predictor: final loss - H(p) L=18: +0.000 [" in measured
+
+
+def test_d2_at_another_width_is_a_second_row_whose_checks_combine():
+    flat = [0.01, -0.01, 0.02, 0.0, -0.02, 0.01, 0.0, -0.01, 0.02]
+    grows = [1.2, 1.3, 1.25, 1.28, 1.22, 1.31, 1.27, 1.24, 1.26]
+    results = _with_d2(_results(), grows, flat)
+    wider = _with_d2(_results(), grows, [0.6] * 9)  # at the other width DeepNorm's update grows too
+    results["d2"]["widths"] = {"128": wider["d2"]["early_update"]}
+    results["d2"]["fits"] = {"128": wider["update_fits"]}
+    rows = [row for row in judge("deep_training", results) if row["claim"] == "D2"]
+    assert [row["verdict"] for row in rows] == ["holds", "partly holds"]
+    assert rows[1]["key"].startswith("d 128 (early-update-only runs): ")
+    assert claim_verdict(rows) == "partly holds"
 
 
 def test_early_update_run_equals_a_full_runs_d2_part():

@@ -63,6 +63,8 @@ def _base():
     # d2_num_seeds - 1 of post and deepnorm measure D2's early update only (early_steps steps each). :quick adds
     # none (D2 reads inconclusive there; the README's main command stays within its 15 minutes)
     c.d2_num_seeds = 3
+    # D2 also at these widths (d_ff 2 x width), every D2 seed an early-update-only run: () none
+    c.d2_widths = ()
     return c
 
 
@@ -72,6 +74,7 @@ def _standard():
     c = _base()
     c.num_seeds = 5
     c.d2_num_seeds = 15  # issue 37: D2's heavy-tailed per-seed slopes
+    c.d2_widths = (128,)  # issue 37: D2 at the other training studies' width too (the main runs stay at d 32)
     c.depths = (6, 12, 24)
     c.side_depths = (6, 24)
     c.seq_len, c.batch_size = 64, 16
@@ -123,6 +126,7 @@ SCHEMA = dict(
     seed=s.SEED,
     num_seeds=s.POS,
     d2_num_seeds=s.POS,  # num_seeds or fewer: D2 over the main runs' seeds only
+    d2_widths=Spec(tuple, item=s.POS, nonempty=False),
 )
 
 
@@ -138,12 +142,16 @@ def check(values: dict) -> None:
             f"{values['s7_steps']})"
         )
     s.check_sizes(values)
+    for width in values["d2_widths"]:  # D2's wider models build too (d_model divisible by num_heads)
+        s.check_sizes(values | {"d_model": width, "d_ff": 2 * width})
 
 
 def largest_model(values: dict) -> tuple[normjax.ModelConfig, int, int]:
-    """The deepest byte-level decoder of the main, side and S7 runs."""
+    """The deepest byte-level decoder of the main, side and S7 runs, at the widest of d_model and d2_widths."""
     depths = tuple(values["depths"]) + tuple(values["side_depths"]) + tuple(values["s7_depths"])
     vocab = {"vocab_size": len(byte_vocab())}
+    width = max((values["d_model"], *values.get("d2_widths", ())))
+    values = values | {"d_model": width, "d_ff": max(values["d_ff"], 2 * width)}
     cfg = s.model(
         vocab | values, arch="decoder", num_layers=max(depths), placement="pre", max_len=max(values["seq_len"], 8)
     )

@@ -65,6 +65,11 @@ def plot(results: dict, study) -> list[str]:
     for run in summary:
         ax_u.plot(*_early_update_series(summary[run], d2["early_update"].get(run)), **_style(run))
         ax_l.plot(*_depth_series(summary[run], "final_loss"), **_style(run))
+    for width, by_run in d2.get("widths", {}).items():  # D2's early-update-only runs at other widths
+        for run, by_depth in by_run.items():
+            depths = sorted(by_depth, key=int)
+            style = _style(run) | {"linestyle": ":", "mfc": "white", "label": f"{run}, d {width}"}
+            ax_u.plot([int(d) for d in depths], [_mean(by_depth[d]) for d in depths], **style)
     if "post" in summary:  # the Post-LN prediction: an update growing with depth (O(N), Liu et al.)
         d, u = _early_update_series(summary["post"], d2["early_update"].get("post"))
         ax_u.plot(d, u[0] * np.array(d) / d[0], **plotting.THEORY_STYLE, label=r"$\propto$ depth (Post-LN, O(N))")

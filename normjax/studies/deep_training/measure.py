@@ -35,10 +35,11 @@ def _by_seed(summaries: list[dict]) -> dict:
 D2_RUNS = ("post", "deepnorm")  # D2 compares these two; their extra seeds (d2_num_seeds) measure the update only
 
 
-def _fit_updates(config, d2: dict) -> dict:
-    """Per run and seed of D2's seeds, the power-law fit of the early update against depth."""
+def _fit_updates(config, early_update: dict) -> dict:
+    """Per run and seed of D2's seeds, the power-law fit of the early update ({run: {depth: per seed}}) against
+    depth."""
     out = {}
-    for run, by_depth in d2["early_update"].items():
+    for run, by_depth in early_update.items():
         per_seed = zip(*(by_depth[str(d)] for d in config.depths), strict=True)
         out[run] = [fits.power_law_fit(config.depths, list(u)).to_dict() for u in per_seed]
     return out
@@ -46,20 +47,40 @@ def _fit_updates(config, d2: dict) -> dict:
 
 def early_updates(config, study, summary: dict, seeds: list[int]) -> dict:
     """D2's early update per run, depth and seed over seeds .. d2_num_seeds: the main runs' seeds from their
-    summaries, the others from early_update_run (the same init, batches and step; only D2's part)."""
+    summaries, the others from early_update_run (the same init, batches and step; only D2's part). Then, per width
+    of d2_widths, every seed from early_update_run at that width ("widths": {width: {run: {depth: [...]}}})."""
     d2_seeds = seed_list(config, max(config.d2_num_seeds, len(seeds)))
-    out = {"seeds": d2_seeds, "early_update": {}}
+    out = {"seeds": d2_seeds, "early_update": {}, "widths": {}}
     extra = [s for s in d2_seeds if s not in seeds]
     for run in (r for r in config.runs if r in D2_RUNS):
         for depth in config.depths:
             main = [rec["early_update"] for rec in summary[run][str(depth)]["per_seed"]]
-            key = f"d2-{specs.parse(run).file_key}-L{depth}"
-            more = [
-                study.cached(f"{key}-s{s}", lambda r=run, d=depth, s=s: early_update_run(config, r, d, s))
-                for s in tqdm(extra, desc=f"deep_training D2 {run} L={depth}", unit="seed", disable=not extra)
-            ]
-            out["early_update"].setdefault(run, {})[str(depth)] = main + [rec["early_update"] for rec in more]
+            more = _early_update_runs(config, study, run, depth, extra, f"d2-{specs.parse(run).file_key}-L{depth}")
+            out["early_update"].setdefault(run, {})[str(depth)] = main + more
+    for width in config.d2_widths:
+        wide = wider(config, width)
+        for run in (r for r in config.runs if r in D2_RUNS):
+            for depth in config.depths:
+                key = f"d2w{width}-{specs.parse(run).file_key}-L{depth}"
+                by_run = out["widths"].setdefault(str(width), {}).setdefault(run, {})
+                by_run[str(depth)] = _early_update_runs(wide, study, run, depth, d2_seeds, key)
     return out
+
+
+def wider(config, width: int):
+    """`config` at d_model `width` and d_ff 2 x width (DeepNet Fig. 5's 64-128 ratio); heads as configured."""
+    wide = config.copy_and_resolve_references()
+    wide.d_model, wide.d_ff = width, 2 * width
+    return wide
+
+
+def _early_update_runs(config, study, run: str, depth: int, seeds: list[int], key: str) -> list[float]:
+    """D2's early update of `run` at `depth` for each of `seeds` by early_update_run, cached per seed."""
+    recs = [
+        study.cached(f"{key}-s{s}", lambda s=s: early_update_run(config, run, depth, s))
+        for s in tqdm(seeds, desc=f"deep_training D2 {key}", unit="seed", disable=not seeds)
+    ]
+    return [rec["early_update"] for rec in recs]
 
 
 def deepnorm_vs_depth(config, study, seeds: list[int], unigram: float) -> dict:
@@ -115,6 +136,7 @@ def compute(config, study) -> dict:
         "early_steps": config.early_steps,
         "probe_steps": probe_steps(config),
         "stall_margin": STALL_MARGIN,
+        "d_model": config.d_model,
     }
     unigram = unigram_nll(data(config, seeds[0])[0])  # H(p) of the training stream (every seed's order)
     results = {"setup": setup, "seeds": seeds, "data": data_record(config), "runs": {}, "summary": {}}
@@ -126,6 +148,7 @@ def compute(config, study) -> dict:
         results["summary"].setdefault(run, {})[str(depth)] = _by_seed([summarize(rec, config) for rec in recs])
     if len(config.depths) >= 2:
         results["d2"] = early_updates(config, study, results["summary"], seeds)
-        results["update_fits"] = _fit_updates(config, results["d2"])
+        results["update_fits"] = _fit_updates(config, results["d2"]["early_update"])
+        results["d2"]["fits"] = {w: _fit_updates(config, by_run) for w, by_run in results["d2"]["widths"].items()}
     results["s7"] = deepnorm_vs_depth(config, study, seeds, unigram) if config.s7_depths else None  # () skips S7
     return results

@@ -158,33 +158,46 @@ def _d2_updates(results: dict, run: str) -> dict[str, np.ndarray]:
     return {d: np.array(per_seed(v, "early_update"), float) for d, v in results["summary"][run].items()}
 
 
+D2_PREDICTION = (
+    "early update ||F(x, theta_t) - F(x, theta_0)|| grows with depth for Post-LN, small and nearly flat for DeepNorm"
+)
+
+
 def early_update(results: dict) -> list[dict]:
     """D2: Wang et al. 2022 (DeepNet, arXiv 2203.00555) Sec. 3 / Fig. 3(a): the model update ||F(x, theta_t) -
     F(x, theta_0)|| over the first updates of 18L-18L encoder-decoders on IWSLT14 De-En grows with depth for
     Post-LN and stays small for DeepNorm (their Fig. 5 compares depths). Ours: decoder-only byte LMs at depths
     `depths`, the mean update over steps 1..early_steps at a small lr (update_lr; at the training lr one Adam step
-    moves F(x) by about ||F(x)|| for every placement), the log-log slope against depth per seed.
+    moves F(x) by about ||F(x)|| for every placement), the log-log slope against depth per seed; one row at the main
+    runs' width and one per width of d2_widths (early-update-only runs; the claim combines their checks).
 
     Judged on the median per-seed slope with its order-statistic 95% interval (a sign test: distribution-free, since
     per-seed slopes are heavy-tailed, e.g. a Post-LN seed at slope -0.05 with r^2 0.05 among +0.4..+0.8; declared
     before the 15-seed run); the mean's t interval is reported beside it."""
     fits_ = results.get("update_fits", {})
-    prediction = (
-        "early update ||F(x, theta_t) - F(x, theta_0)|| grows with depth for Post-LN, small and nearly flat for "
-        "DeepNorm"
-    )
     if "post" not in fits_ or "deepnorm" not in fits_:
         return [
             verdict_row(
                 "D2",
-                prediction,
+                D2_PREDICTION,
                 "post and deepnorm not both run at two or more depths",
                 "not testable at this scale",
                 "needs post and deepnorm at two or more depths",
             )
         ]
-    lr = results["setup"]["update_lr"]
     updates = {run: _d2_updates(results, run) for run in ("post", "deepnorm")}
+    width = results["setup"].get("d_model")
+    rows = [_d2_row(results, updates, fits_, f"d {width}" if width else "")]
+    d2 = results.get("d2") or {}
+    for w, by_run in d2.get("widths", {}).items():
+        wide = {run: {d: np.array(u, float) for d, u in by_run[run].items()} for run in ("post", "deepnorm")}
+        rows.append(_d2_row(results, wide, d2["fits"][w], f"d {w} (early-update-only runs)"))
+    return rows
+
+
+def _d2_row(results: dict, updates: dict, fits_: dict, width: str) -> dict:
+    """One D2 row: per-seed updates {run: {depth: array}} and their per-seed fits {run: [fit]}, at `width`."""
+    lr = results["setup"]["update_lr"]
     depths = sorted(set(updates["post"]) & set(updates["deepnorm"]), key=int)
     slopes = {run: [f["exponent"] for f in fits_[run]] for run in ("post", "deepnorm")}
     post, deep = (quantile_ci(slopes[run]) for run in ("post", "deepnorm"))
@@ -193,10 +206,10 @@ def early_update(results: dict) -> list[dict]:
     grows, flat = post.above(_t("POST_GROWTH_SLOPE")), deep.within(-_t("FLAT_SLOPE"), _t("FLAT_SLOPE"))
     smaller = every(r.below(1.0) for r in ratios.values())
     measured = (
-        f"mean update over steps 1..{results['setup']['early_steps']} at lr {lr:g}: log-log slope against depth, "
-        f"median over seeds: Post-LN {post.text('.2f')}, DeepNorm {deep.text('.2f')} (mean: Post-LN "
-        f"{mean_ci(slopes['post']).text('.2f')}, DeepNorm {mean_ci(slopes['deepnorm']).text('.2f')}); DeepNorm / "
-        "Post-LN update " + ", ".join(f"L={d}: {r.text('.2f')}" for d, r in ratios.items())
+        f"{width + ', ' if width else ''}mean update over steps 1..{results['setup']['early_steps']} at lr {lr:g}: "
+        f"log-log slope against depth, median over seeds: Post-LN {post.text('.2f')}, DeepNorm {deep.text('.2f')} "
+        f"(mean: Post-LN {mean_ci(slopes['post']).text('.2f')}, DeepNorm {mean_ci(slopes['deepnorm']).text('.2f')}); "
+        "DeepNorm / Post-LN update " + ", ".join(f"L={d}: {r.text('.2f')}" for d, r in ratios.items())
     )
     reason = (
         f"rule: Post-LN's median slope interval above {_t('POST_GROWTH_SLOPE')} (grows), DeepNorm / Post-LN "
@@ -205,20 +218,18 @@ def early_update(results: dict) -> list[dict]:
         f"95% intervals); got grows={grows.value}, smaller={smaller.value}, flat={flat.value}"
         + power_note("DeepNorm's mean slope", mean_ci(slopes["deepnorm"]), -_t("FLAT_SLOPE"), _t("FLAT_SLOPE"))
     )
-    return [
-        verdict_row(
-            "D2",
-            prediction,
-            measured,
-            combine([grows, smaller, flat]),
-            reason,
-            "depth_sweep.png",
-            key=f"Post-LN median slope {post.text('.2f')}; DeepNorm {deep.text('.2f')}",
-            post_slope=post.mean,
-            deepnorm_slope=deep.mean,
-            checks=[grows, smaller, flat],
-        )
-    ]
+    return verdict_row(
+        "D2",
+        D2_PREDICTION,
+        measured,
+        combine([grows, smaller, flat]),
+        reason,
+        "depth_sweep.png",
+        key=f"{width + ': ' if width else ''}Post-LN median slope {post.text('.2f')}; DeepNorm {deep.text('.2f')}",
+        post_slope=post.mean,
+        deepnorm_slope=deep.mean,
+        checks=[grows, smaller, flat],
+    )
 
 
 def _first_step(steps: list[int], flags) -> int | None:
