@@ -220,8 +220,8 @@ SCOPE = {  # where each claim is tested, relative to the setting it is made in (
     "L3": {"scope": OUTSIDE, "outside": "6-6 layers at width d 128 (paper: 18 layers, d 512), the gettext "
            "catalogs' De-En strings (a copy task where that arm is off) instead of WMT14 En-De"},
     "L2": {"scope": "library default"},  # admin-torch's closed form, not a statement of Liu et al.
-    "D2": {"scope": OUTSIDE, "outside": "decoder-only byte LM, d 32, the first 10 updates at lr 1e-4 (paper: "
-           "64-128-2 encoder-decoders on IWSLT14)"},
+    "D2": {"scope": OUTSIDE, "outside": "decoder-only byte LMs, d 32 and 128, the first 10 updates at lr 1e-4 "
+           "(paper: 64-128-2 encoder-decoders on IWSLT14)"},
     "D3": {"scope": OUTSIDE, "outside": "decoder-only byte LM, d 32, 100 steps (paper: encoder-decoders on "
            "IWSLT14 / WMT)"},
     "R3": {"scope": OUTSIDE, "outside": "small byte LMs (paper: 6-6 NMT models on IWSLT14 / WMT14)"},
