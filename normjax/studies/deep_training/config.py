@@ -69,8 +69,8 @@ def _base():
 
 
 def _standard():
-    """The committed CPU report, 5 seeds (D2's and D3's per-seed numbers are heavy-tailed): 1275 s on the 2-core
-    machine beside trained_layers (1281 s at 3 seeds beside other studies)."""
+    """The committed CPU report, 5 seeds (D2's and D3's per-seed numbers are heavy-tailed; D2 at 15, and at d 128):
+    1893 s alone on the 2-core machine (2026-12-07; 1460 s without the d-128 arm, 1275 s before D2's extra seeds)."""
     c = _base()
     c.num_seeds = 5
     c.d2_num_seeds = 15  # issue 37: D2's heavy-tailed per-seed slopes

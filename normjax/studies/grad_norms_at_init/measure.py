@@ -232,15 +232,22 @@ def _curve(ax, m: dict, placement: str, label: str) -> None:
 
 def plot_fig3(results: dict, study) -> list[str]:
     """Xiong et al.'s Fig. 3(a, b) on the copy task and, where measured, on the gettext batches."""
-    copy = _plot_fig3(results, study, results["runs"].get("encoder_decoder", {}), "copy task", "xiong_fig3")
     real = results.get("gettext") or {}
+    copy_judged = not {"post", "pre"} <= set(real.get("runs", {}))  # X6 and L3 read the real batches where present
+    copy = _plot_fig3(
+        results, study, results["runs"].get("encoder_decoder", {}), "copy task", "xiong_fig3", copy_judged
+    )
     n = real.get("num_seeds", results["num_seeds"])  # results of before the arm had its own count: the study's
-    return copy + _plot_fig3(results, study, real.get("runs", {}), "gettext De-En batches", "xiong_fig3_gettext", n)
+    return copy + _plot_fig3(
+        results, study, real.get("runs", {}), "gettext De-En batches", "xiong_fig3_gettext", True, n
+    )
 
 
-def _plot_fig3(results: dict, study, by_p: dict, source: str, stem: str, num_seeds: int | None = None) -> list[str]:
+def _plot_fig3(
+    results: dict, study, by_p: dict, source: str, stem: str, judged: bool, num_seeds: int | None = None
+) -> list[str]:
     """Gradient norm of the FFN's W^2 per layer of the 6-6 model, Post-LN vs Pre-LN, one panel per stack on one
-    shared y axis (linear, as the paper's)."""
+    shared y axis (linear, as the paper's); the titles say whether X6 and L3 are judged on these batches."""
     if not {"post", "pre"} <= set(by_p):
         return []
     with plotting.style():
@@ -251,7 +258,8 @@ def _plot_fig3(results: dict, study, by_p: dict, source: str, stem: str, num_see
                 m = by_p[placement][stack]["ffn/fc2/kernel"]["norm_of_mean"]
                 _curve(ax, m, placement, f"{label} (slope {np.mean(m['slope']):+.2f}/layer in ln)")
             ax.set(
-                title=f"6-6 model, {stack}" + (" (judged for X6, L3)" if stack == "decoder" else " (L3)"),
+                title=f"6-6 model, {stack}"
+                + ((" (judged for X6, L3)" if stack == "decoder" else " (L3)") if judged else " (reported)"),
                 xlabel="layer index l",
                 ylabel=r"$\|E[\nabla W^{2,l}]\|_F$",
             )
