@@ -1,13 +1,15 @@
 """Accelerator cell groups: the warmup-ablation cells that decide verdicts, one vmapped program per structure.
 
-  scripts/accelerator_check.sh GROUP [--tiny] [--workdir=DIR] [--budget_s=540] [--list]
+  scripts/accelerator_check.sh GROUP [--tiny] [--workdir=WORKDIR] [--budget_s=540] [--list]
 
-GROUP is one of GROUPS (below); each is sized from the report's measured per-step costs for one 10-minute call on
-one H100 (estimates, not yet timed on one: the issue's 5-20, 10-45 and 15-30 H100-minutes for S5, Fig. 2 and
-R5/N1, split so that each part fits). A group is a sub-grid of warmup_ablation's `:standard` config (its data,
-model width, optimizer and fair warmup control) named `grid=<GROUP>,...`: its runs land in WORKDIR/<GROUP>/ in
-the study's run format (config.json, metrics.jsonl, summary.json with the device and precision, checkpoints,
-sweep.json, runs_code.json), so the folders of several machines merge by copying, and a finished run is skipped.
+GROUP is one of GROUPS (normjax/studies/accelerator_groups/groups.py, where each is defined and sized). A group
+is a sub-grid of warmup_ablation's `:standard` config (its data, model width, optimizer and fair warmup control)
+named `grid=<GROUP>,...`: its runs land in WORKDIR/accelerator_groups/<GROUP>/ (WORKDIR: --workdir, else $OUT,
+else results) in the study's run format (config.json, metrics.jsonl, summary.json with the device and precision,
+checkpoints, sweep.json, runs_code.json) beside group.json (its size and the data it read), so the folders of
+several machines merge by copying, and a finished run is skipped. After training, the accelerator_groups study
+reads every group folder of WORKDIR and writes its results.json, which scripts/report.py judges beside the CPU's
+studies (S5 at 12 layers, X7 at 6-6 layers; a group not run yet is a row that says it waits).
 Runs of one structure (placement, depth, shapes) train in lockstep as one compiled, vmapped program, with lr,
 warmup, seed and the other hyperparameters traced; a run that diverges is frozen and its step recorded.
 
@@ -18,146 +20,37 @@ two values of two axes, the synthetic translation task for Fig. 2): tests/test_a
 """
 
 import argparse
-import dataclasses
 import os
 import sys
 import threading
 import time
 
-H = 20  # Adam's second-moment horizon 1/(1 - beta2) at the byte LM's beta2 0.95
-S5_LR = 10**-2.5  # the edge cell that decides S5 (warmup_ablation's `edge` grid)
+from normjax.studies.accelerator_groups.groups import GROUPS, group_config  # noqa: F401 (the groups, re-exported)
 
-
-@dataclasses.dataclass(frozen=True)
-class Group:
-    doc: str
-    axes: dict  # dotted config key -> list of values (the sub-grid over warmup_ablation's :standard config)
-    translation: bool = False  # Xiong's Fig. 2: an encoder-decoder on the gettext corpus
-
-
-def _s5(placement: str) -> Group:
-    return Group(
-        f"S5 at 12 layers, {placement}: warmup 0-1000 (0-50H) x 5 seeds at lr 10^-2.5, 3000 steps (20 runs, 1 program)",
-        {
-            "model.placement": [placement],
-            "model.num_layers": [12],
-            "train.lr": [S5_LR],
-            "train.warmup_steps": [0, 250, 500, 1000],
-            "train.decay_start": [1000],  # the fair control: every arm decays from the longest warmup's end
-            "train.num_steps": [3000],
-            "train.seed": [0, 1, 2, 3, 4],
-        },
-    )
-
-
-def _answer(placements: tuple[str, ...]) -> Group:
-    return Group(
-        f"the answer grid at 24 layers: {', '.join(placements)} x lr 10^-3.5..10^-2.5, no warmup, 600 steps",
-        {
-            "model.placement": list(placements),
-            "model.num_layers": [24],
-            "train.lr": [10**-3.5, 1e-3, 10**-2.5],
-            "train.warmup_steps": [0],
-        },
-    )
-
-
-def _r5_n1(placement: str) -> Group:
-    return Group(
-        f"R5/N1 at 24 layers, {placement}: 3 seeds, 5000 steps of 32 x 128 bytes (20M tokens), per-layer gradients",
-        {
-            "model.placement": [placement],
-            "model.num_layers": [24],
-            "data.seq_len": [128],
-            "train.batch_size": [32],
-            "train.lr": [1e-3],
-            "train.warmup_steps": [8 * H],
-            "train.decay_start": [8 * H],
-            "train.num_steps": [5000],
-            "train.seed": [0, 1, 2],
-        },
-    )
-
-
-GROUPS = {
-    "s5_post": _s5("post"),
-    "s5_pre": _s5("pre"),
-    "xiong_fig2": Group(
-        "Xiong et al. Fig. 2 at 6-6 layers, d 128, gettext De-En: post/pre x lr {5e-4, 1e-3} x warmup {0, 400}"
-        " x 3 seeds, 1200 steps, one length bucket (24 runs, 2 programs)",
-        {"train.lr": [5e-4, 1e-3], "train.seed": [0, 1, 2]},
-        translation=True,
-    ),
-    "answer24_a": _answer(("post", "pre", "sandwich", "deepnorm")),
-    "answer24_b": _answer(("admin", "rezero", "lns", "mhc")),
-    "answer24_c": _answer(("pre_gpas", "sandwich_gpas", "siamese", "mhc_lite")),  # 2025-2026 schemes, not judged
-    "r5n1_pre": _r5_n1("pre"),
-    "r5n1_mixln": _r5_n1("mixln"),
-    "r5n1_lns": _r5_n1("lns"),
-}
-
-TINY = {
-    "model.d_model": 16,
-    "model.num_heads": 2,
-    "model.d_ff": 32,
-    "model.num_layers": 2,
-    "data.seq_len": 16,
-    "data.max_bytes": 100_000,
-    "data.valid_batches": 2,
-    "train.batch_size": 4,
-    "train.num_steps": 6,
-    "train.log_every": 3,
-    "train.eval_every": 6,
-    "train.checkpoint_every": 3,
-    "train.diag_every": 3,
-    "train.bleu_examples": 0,
-}
-TINY_TRANSLATION = {"data.task": "synthetic", "data.num_train": 200, "data.num_valid": 16, "data.max_len": 12}
-
-
-def group_config(name: str, tiny: bool = False):
-    """warmup_ablation's :standard config with GROUPS[name] as its only (sub-)grid, vmapped, one worker."""
-    from normjax.studies.warmup_ablation import config as study_config  # the study's presets
-    from normjax.train.config_io import sweep_axes
-
-    group = GROUPS[name]
-    config = study_config.get_config("standard")
-    axes = dict(group.axes)
-    if group.translation:
-        translation = study_config.translation_axes(config, num_layers=6, lr=5e-4, warmup=400, num_steps=1200)
-        axes = translation | {"data.buckets": [(32,)]} | axes
-    log = max(axes.get("train.num_steps", [config.train.num_steps])[0] // 50, 1)
-    # 50 logged points, 10 diagnostics, 5 evaluations; a checkpoint every tenth (what a cut-off can lose)
-    axes |= {"train.log_every": [log], "train.diag_every": [5 * log], "train.checkpoint_every": [5 * log]}
-    axes["train.eval_every"] = [10 * log]
-    if tiny:
-        shrink = TINY | (TINY_TRANSLATION if group.translation else {})
-        varied = [k for k, v in axes.items() if len(v) > 1][:2]  # two values of two axes: at most 4 runs
-        axes = {k: v[:2] if k in varied else v[:1] for k, v in axes.items()} | {k: [v] for k, v in shrink.items()}
-        axes["train.warmup_steps"] = [min(w, 3) for w in axes.get("train.warmup_steps", [0])]
-        axes["train.decay_start"] = [3]
-        if group.translation:
-            axes.pop("data.bpe_vocab_size", None)
-            axes["data.buckets"] = [(12,)]
-    # one-valued keys go into the base config, so a run is named by what varies: grid=<name>,warmup_steps=0,seed=1
-    config.update_from_flattened_dict({k: v[0] for k, v in axes.items() if len(v) == 1})
-    config.sweep.axes = {}
-    config.sweep.grids = {name: sweep_axes({k: v for k, v in axes.items() if len(v) > 1})}
-    config.sweep.update(vmap=True, workers=1)
-    return config
+STUDY_DIR = "accelerator_groups"  # WORKDIR/accelerator_groups/<GROUP>/: the study that judges the groups reads it
 
 
 def run_group(name: str, workdir: str, tiny: bool = False, budget_s: float = 540.0, progress: bool = True) -> dict:
-    """Trains (or resumes) group `name` into WORKDIR/<name>/; stops at the next update after `budget_s`.
+    """Trains (or resumes) group `name` into WORKDIR/accelerator_groups/<name>/; stops at the next update after
+    `budget_s`. A folder that holds the group at the other size (tiny or full) is refused (ValueError).
 
     Returns:
       sweep.json's content; raises KeyboardInterrupt when the budget stopped it (the runs resume next time).
     """
+    from normjax.io import write_json
+    from normjax.studies.accelerator_groups.measure import RECORD, read_record
     from normjax.studies.warmup_ablation import measure
     from normjax.train import loop
 
     config = group_config(name, tiny)
-    folder = os.path.join(workdir, name)
+    folder = os.path.join(workdir, STUDY_DIR, name)
+    if os.path.exists(os.path.join(folder, RECORD)):
+        if read_record(folder)["tiny"] != tiny:
+            size = "tiny" if not tiny else "full-size"
+            raise ValueError(f"{folder} holds the {size} group {name}: use another --workdir for this size")
+    else:  # before any run: the size the folder holds and the data it reads (hashed where it is read)
+        os.makedirs(folder, exist_ok=True)
+        write_json(os.path.join(folder, RECORD), {"group": name, "tiny": tiny, "data": measure.data_record(config)})
     timer = threading.Timer(budget_s, loop.STOP.set)
     timer.daemon = True
     timer.start()
@@ -168,11 +61,22 @@ def run_group(name: str, workdir: str, tiny: bool = False, budget_s: float = 540
         loop.STOP.clear()
 
 
+def judge_groups(workdir: str) -> str:
+    """Writes WORKDIR/accelerator_groups/results.json from every group folder there; returns its path."""
+    from normjax.studies import runner
+    from normjax.studies.accelerator_groups import STUDY
+
+    config = STUDY.config.get_config("standard")
+    saved = runner.run_study(STUDY.name, workdir, config, STUDY.compute, STUDY.plot, force=True,
+                             provenance={"preset": "standard"})  # fmt: skip
+    return os.path.join(workdir, STUDY_DIR, "results.json") if saved else ""
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("group", nargs="?", choices=list(GROUPS))
     parser.add_argument("--tiny", action="store_true", default=os.environ.get("NORMJAX_TINY") == "1")
-    parser.add_argument("--workdir", default=os.environ.get("OUT") or "results/accelerator_groups")
+    parser.add_argument("--workdir", default=os.environ.get("OUT") or "results", help="the report's workdir")
     parser.add_argument("--budget_s", type=float, default=540.0)
     parser.add_argument("--list", action="store_true", help="list the groups and exit")
     args = parser.parse_args(argv)
@@ -191,10 +95,16 @@ def main(argv=None) -> int:
         result = run_group(args.group, args.workdir, args.tiny, args.budget_s)
     except KeyboardInterrupt as e:
         print(f"stopped after {time.time() - t0:.0f} s ({e}); rerun the same command to resume", flush=True)
+        judge_groups(args.workdir)
         return 3
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(format_table(result), flush=True)
     done = sum(r["status"] == "done" for r in result["runs"])
-    print(f"{done}/{len(result['runs'])} runs done in {time.time() - t0:.0f} s -> {args.workdir}/{args.group}")
+    folder = os.path.join(args.workdir, STUDY_DIR, args.group)
+    print(f"{done}/{len(result['runs'])} runs done in {time.time() - t0:.0f} s -> {folder}")
+    print(f"judged with the other groups there: {judge_groups(args.workdir)}", flush=True)
     return 0
 
 

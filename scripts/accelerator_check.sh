@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The accelerator runs in one command per cell group (each sized for one 10-minute call on one H100; resumes):
-#   scripts/accelerator_check.sh GROUP [--tiny] [--workdir=DIR] [--budget_s=540]    (--list: the groups)
-# runs benchmarks/accelerator_groups.py (its docstring lists the groups and the run folders it writes; --tiny or
-# NORMJAX_TINY=1: seconds on a CPU). The older benchmark phases (train step, sweep, a short ablation) stay as
+#   scripts/accelerator_check.sh GROUP [--tiny] [--workdir=WORKDIR] [--budget_s=540]    (--list: the groups)
+# runs benchmarks/accelerator_groups.py into WORKDIR/accelerator_groups/GROUP/ and judges the groups there (its
+# docstring says what it writes; --tiny or NORMJAX_TINY=1: seconds on a CPU). The older benchmark phases (train step, sweep, a short ablation) stay as
 #   scripts/accelerator_check.sh --size=tiny|full [--out=DIR] [--phases=...]    (benchmarks/accelerator_check.py)
 # Uses the project's venv when there is one, else $PYTHON or python3 (e.g. a GPU image with jax[cuda] installed).
 set -euo pipefail

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import accelerator_groups
 from normjax import train
+from normjax.studies.judge import judge
 from normjax.train import records
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -114,25 +115,39 @@ def test_a_group_of_each_kind_runs_tiny_into_run_folders_of_the_study_format(tmp
         runs = result["runs"]
         assert 2 <= len(runs) <= 4 and all(r["status"] == "done" for r in runs), name
         assert all(r["name"].startswith(f"grid={name},") and r["group"] == name for r in runs)
-        folder = tmp_path / name
-        assert {"sweep.json", "runs_code.json"} <= set(os.listdir(folder))
+        folder = tmp_path / "accelerator_groups" / name
+        assert {"sweep.json", "runs_code.json", "group.json"} <= set(os.listdir(folder))
         for r in runs:
             summary = records.read_json(str(folder / r["name"] / "summary.json"))
             assert summary["device"]["backend"] == "cpu" and summary["device"]["dtype"] == "float32"
             assert (folder / r["name"] / "metrics.jsonl").exists()
+    # the study that judges the groups reads them: tiny groups are listed with their device, never judged
+    saved = records.read_json(accelerator_groups.judge_groups(str(tmp_path)))
+    groups = saved["results"]["groups"]
+    for name in TRAINED_HERE:
+        assert groups[name]["present"] and groups[name]["tiny"] and groups[name]["done"] == groups[name]["expected"]
+        assert all(r["device"]["backend"] == "cpu" for r in groups[name]["runs"])
+    assert not groups["s5_pre"]["present"] and groups["s5_pre"]["expected"] == 20
+    rows = judge("accelerator_groups", saved["results"])
+    assert [r["verdict"] for r in rows] == ["not testable at this scale"] * 2
+    assert (
+        "s5_post ran at its tiny size" in rows[0]["measured"]
+        and "xiong_fig2 ran at its tiny size" in rows[1]["measured"]
+    )
 
 
 def test_a_group_cut_off_by_its_budget_resumes_with_the_same_command(tmp_path):
     args = ("s5_pre", "--tiny", f"--workdir={tmp_path}")
     cut = _run(*args, "--budget_s=0.01", timeout=300)
     assert cut.returncode == 3 and "rerun the same command to resume" in cut.stdout, cut.stdout + cut.stderr[-2000:]
-    assert (
-        not (tmp_path / "s5_pre" / "sweep.json").exists()
-        or "pending" in (tmp_path / "s5_pre" / "sweep.json").read_text()
-    )
+    sweep = tmp_path / "accelerator_groups" / "s5_pre" / "sweep.json"
+    assert not sweep.exists() or "pending" in sweep.read_text()
     done = _run(*args, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "4/4 runs done" in done.stdout and "group s5_pre on 1 x cpu" in done.stdout
+    assert "judged with the other groups there" in done.stdout
+    full = _run("s5_pre", f"--workdir={tmp_path}", timeout=120)  # the full-size group into the tiny one's folder
+    assert full.returncode == 2 and "holds the tiny group s5_pre" in full.stderr
 
 
 def test_every_group_at_full_size_is_one_program_per_placement():

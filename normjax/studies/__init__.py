@@ -1,6 +1,7 @@
 """Studies, one folder each (`normjax/studies/<name>/`); `STUDIES` is the one list of them, in report order."""
 
 from normjax.studies import (
+    accelerator_groups,
     amplification,
     answer,
     cost,
@@ -27,6 +28,7 @@ STUDIES: tuple[Study, ...] = (  # adding a study: its folder and one line here (
     trained_layers.STUDY,
     warmup_ablation.STUDY,
     answer.STUDY,
+    accelerator_groups.STUDY,
     cost.STUDY,
     diagnose.STUDY,
 )

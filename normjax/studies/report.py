@@ -122,12 +122,13 @@ def _cell(text) -> str:
 
 
 def collect_rows(studies: dict[str, dict]) -> dict[str, list[dict]]:
-    """{claim id: [verdict rows, each with its experiment]} in CLAIMS order."""
+    """{claim id: [verdict rows, each with its experiment]} in CLAIMS order; a claim's measured rows before the
+    ones that measured nothing (not testable: e.g. an accelerator group that waits for a device)."""
     rows = {claim: [] for claim in CLAIMS}
     for name, saved in studies.items():
         for i, row in enumerate(saved["verdicts"]):  # judged and validated by load_results
             rows[row["claim"]].append(row | {"experiment": name, "index": i, "off_preset": _off_preset(saved)})
-    return rows
+    return {claim: sorted(found, key=lambda r: r["verdict"] == NOT_TESTABLE) for claim, found in rows.items()}
 
 
 def claim_verdicts(rows: dict[str, list[dict]]) -> dict[str, str]:

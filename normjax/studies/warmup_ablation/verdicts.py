@@ -11,6 +11,7 @@ from normjax import train
 from normjax.report import verdict_row
 from normjax.report.claims import CONSTRUCTION
 from normjax.report.rules import MIN_SEEDS, Check, Threshold, combine, mean_ci
+from normjax.studies.grid_runs import TARGET_FRACTION
 from normjax.studies.warmup_ablation import proxy_verdicts
 from normjax.studies.warmup_ablation.cell_verdicts import cell_state, describe, runs_in
 from normjax.studies.warmup_ablation.config import DEPTH_LR, EDGE, LOW_LR
@@ -21,7 +22,6 @@ from normjax.studies.warmup_ablation.curves import (
     relabel,
     sensitivity_curves,
 )
-from normjax.studies.warmup_ablation.measure import TARGET_FRACTION
 from normjax.studies.warmup_ablation.translation_verdicts import iwslt_figure
 from normjax.train import outcomes
 

@@ -1,0 +1,138 @@
+"""Verdict rules of accelerator_groups: S5 at 12 layers over 3000 steps, X7 at Xiong's 6-6 layers; a group waits.
+
+The groups' runs are judged by warmup_ablation's cell rules (outcomes from each run's stored validation curve,
+cell states over >= 3 seeds), so a run on an accelerator and one on this CPU mean the same. A group that has not
+run, ran at its tiny size (a test of the machinery) or was cut off before its last run gives a 'not testable'
+row that names it and says what it waits for: such a row adds nothing to its claim's verdict.
+"""
+
+from __future__ import annotations
+
+from normjax.report import verdict_row
+from normjax.report.claims import NOT_TESTABLE
+from normjax.report.rules import Check, combine
+from normjax.studies.warmup_ablation.cell_verdicts import cell_state, describe, runs_in
+from normjax.studies.warmup_ablation.curves import relabel
+from normjax.studies.warmup_ablation.translation_verdicts import translation_verdict
+from normjax.studies.warmup_ablation.verdicts import answer_table
+from normjax.train import outcomes
+
+THRESHOLDS = dict(outcomes.THRESHOLDS)  # the outcome labels' (PLATEAU_BAND, STILL_FALLING): moved on their own
+S5_GROUPS, FIG2_GROUP = ("s5_post", "s5_pre"), "xiong_fig2"
+RUN_IT = "scripts/accelerator_check.sh {name} on a lent device"
+
+
+def waiting(groups: dict, names) -> str:
+    """Why the groups `names` cannot be judged yet ('' when every one ran in full at its real size)."""
+    why = []
+    for name in names:
+        group = groups.get(name)
+        if group is None or not group["present"]:
+            expected = group["expected"] if group else "?"
+            why.append(f"{name} has not run (0/{expected} runs; {RUN_IT.format(name=name)})")
+        elif group["tiny"]:
+            why.append(f"{name} ran at its tiny size (a test of the machinery, never judged)")
+        elif group["done"] < group["expected"]:
+            why.append(f"{name} has {group['done']}/{group['expected']} runs done (cut off: the same command resumes)")
+    return "; ".join(why)
+
+
+def judged_runs(group: dict) -> dict:
+    """The group as warmup_ablation results, every run's outcome judged now from its stored curve."""
+    unigram = next((r["unigram_nll"] for r in group["runs"] if r.get("unigram_nll") is not None), None)
+    results = group | {"unigram_nll": unigram}
+    return relabel(results, band=THRESHOLDS["PLATEAU_BAND"].value, falling=THRESHOLDS["STILL_FALLING"].value)
+
+
+def _devices(rows: list[dict]) -> str:
+    kinds = sorted({f"{d.get('kind')} ({d.get('backend')}, {d.get('dtype')})" for r in rows if (d := r.get("device"))})
+    return ", ".join(kinds) or "unrecorded device"
+
+
+def s5_long(groups: dict) -> dict:
+    """S5 at 12 layers, lr 10^-2.5, 3000 steps, warmup 0/250/500/1000, 5 seeds (groups s5_post and s5_pre).
+
+    The folk claim (seed notes; Xiong et al. 2020 and Liu et al. 2020 show it for translation Transformers) says
+    Post-LN without warmup fails at lrs Pre-LN trains at, and warmup rescues it. warmup_ablation tests it on
+    the CPU at 6 and 12 layers over 600 steps with one warmup (8H = 160 steps), where Post-LN at 12 layers
+    trains at no lr with or without it; these groups ask whether a longer run and longer warmups (12.5-50H) rescue
+    it there. Two checks, combined: Post-LN without warmup fails on every seed where Pre-LN without warmup
+    trains (contradicted when Post-LN trains; inconclusive when a cell is slow or mixed, or both fail), and, where
+    Post-LN without warmup does not train, some warmup makes it train on every seed (contradicted when every
+    warmup cell fails; inconclusive when none trains and some is slow or mixed).
+    """
+    claim = "Post-LN fails without warmup at learning rates Pre-LN tolerates (12 layers, 3000 steps)"
+    if why := waiting(groups, S5_GROUPS):
+        return verdict_row("S5", claim, f"waits for a device: {why}", NOT_TESTABLE, "no run of these groups to judge")
+    judged = [judged_runs(groups[name]) for name in S5_GROUPS]
+    rows = [r for j in judged for r in j["runs"]]
+    stall = judged[0]["stall_nll"]
+    warmups = sorted({r["warmup"] for r in rows})
+    cells = {(p, w): runs_in(rows, placement=p, warmup=w) for p in ("post", "pre") for w in warmups}
+    states = {k: cell_state(v, stall) for k, v in cells.items()}
+    post0, pre0 = states[("post", 0)], states[("pre", 0)]
+    if post0 == "fails" and pre0 == "trains":
+        effect = Check.SUPPORTED
+    else:
+        effect = Check.CONTRADICTED if post0 == "trains" else Check.INCONCLUSIVE
+    checks = [effect]
+    rescue = [states[("post", w)] for w in warmups if w]
+    if post0 != "trains" and rescue:
+        checks.append(
+            Check.SUPPORTED
+            if "trains" in rescue
+            else Check.CONTRADICTED
+            if all(s == "fails" for s in rescue)
+            else Check.INCONCLUSIVE
+        )
+    measured = "; ".join(f"{p} warmup {w}: {states[(p, w)]} ({describe(cells[(p, w)])})" for p, w in cells)
+    depth, steps = rows[0]["depth"], groups[S5_GROUPS[0]]["num_steps"]
+    return verdict_row(
+        "S5",
+        claim,
+        f"L={depth}, lr {rows[0]['lr']:g}, {steps} steps on {_devices(rows)}: {measured}",
+        combine(checks),
+        "warmup_ablation's cell rules on the groups' runs (plateau level "
+        f"{stall:.2f} nats): Post-LN without warmup fails where Pre-LN trains; where it does not train, some "
+        "warmup makes it train (a slow or mixed cell is inconclusive)",
+        key=f"Post-LN no warmup {post0}, Pre-LN no warmup {pre0}; Post-LN with warmup: "
+        + ", ".join(f"{w} {states[('post', w)]}" for w in warmups if w),
+        checks=checks,
+    )
+
+
+def x7_fig2(groups: dict) -> list[dict]:
+    """X7 at Xiong et al.'s depth (6-6 layers) on the gettext corpus: warmup_ablation's translation rule
+    (translation_verdicts.translation_verdict), one row per lr of the group (5e-4 and 1e-3, as in their Fig. 2)."""
+    claim = "Post-LN without warmup fails at a learning rate where it trains with warmup; Pre-LN trains without"
+    if why := waiting(groups, (FIG2_GROUP,)):
+        return [verdict_row("X7", claim, f"waits for a device: {why}", NOT_TESTABLE, "no run of this group to judge")]
+    judged = judged_runs(groups[FIG2_GROUP])
+    out = []
+    for lr in sorted({r["lr"] for r in judged["runs"]}):
+        row = translation_verdict(judged, runs_in(judged["runs"], lr=lr))
+        out.append(row | {"measured": f"lr {lr:g} on {_devices(judged['runs'])}: {row['measured']}"})
+    return out
+
+
+def verdicts(results: dict) -> list[dict]:
+    groups = results["groups"]
+    return [s5_long(groups)] + x7_fig2(groups)
+
+
+def tables(results: dict) -> list[str]:
+    """One line per group (what it is, what reads it, what ran where), then the answer table at 24 layers."""
+    groups = results["groups"]
+    lines = [
+        "| group | cells | read by | runs done | device |",
+        "|---|---|---|---|---|",
+    ]
+    for name, g in groups.items():
+        state = "tiny (a test)" if g["tiny"] else f"{g['done']}/{g['expected']}"
+        lines.append(
+            f"| {name} | {g['doc']} | {g['read_by']} | {state} | {_devices(g['runs']) if g['runs'] else '-'} |"
+        )
+    answer = [n for n, g in groups.items() if n.startswith("answer24") and not waiting(groups, (n,))]
+    for name in answer:
+        lines += ["", f"The answer table at 24 layers ({name}):", "", *answer_table(judged_runs(groups[name]))]
+    return lines + [""]
