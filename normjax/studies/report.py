@@ -60,7 +60,7 @@ def load_results(workdir: str) -> dict[str, dict]:
     (io.note_unverified): "unverified": True, and each verdict row marked UNVERIFIED.
 
     Raises:
-      WorkdirError: `workdir` is not a folder.
+      WorkdirError: `workdir` is not a folder, or a study's results no longer describe its folder (Study.stale).
       CorruptFileError: naming a results.json that is not JSON, fails its checksum or lacks one though the
         current code wrote it (ChecksumError), is not a study's results, or that the current rules cannot judge;
         or a damaged sweep.json beside it.
@@ -93,6 +93,9 @@ def load_results(workdir: str) -> dict[str, dict]:
             raise
         except ValueError as e:  # e.g. a text where a rule reads a number (judge names Key/Index/TypeErrors)
             raise CorruptFileError(f"{path}: the {name} rules cannot read these results ({e})") from None
+        stale = getattr(BY_NAME.get(name), "stale", None)
+        if stale is not None and (why := stale(os.path.dirname(path), saved["results"])):
+            raise WorkdirError(f"{path}: {why}; rebuild it: python -m normjax.studies.{name} --workdir={workdir}")
         if not checked:  # every row built from it says so (verdict tables, summary, the study's section)
             verdicts = [r | {k: f"{UNVERIFIED} {r[k]}" for k in ("measured", "key") if r.get(k)} for r in verdicts]
         try:

@@ -28,6 +28,9 @@ class Study:
       module's `lead`: the answer to the report's title), or None.
     in_report: run by scripts/reproduce.sh and judged in REPORT.md.
     training: the memory check counts optimizer state (the study trains models).
+    stale: `stale(study_dir, results) -> str`: why results.json no longer describes the study's folder ('' when
+      it does), for a study that summarizes files arriving after it ran (accelerator_groups); the report refuses
+      stale results, naming the command that rebuilds them.
     """
 
     name: str
@@ -42,6 +45,7 @@ class Study:
     in_report: bool = True
     training: bool = False
     figures: ModuleType | None = None
+    stale: Callable | None = None
 
     @property
     def config_path(self) -> str:

@@ -135,3 +135,19 @@ def test_a_finished_answer_group_adds_the_24_layer_answer_table():
     assert "The answer table at 24 layers (answer24_a):" in lines
     rows = [line for line in lines if line.startswith("| 24 |")]
     assert [r.split(" | ")[1] for r in rows] == ["post", "pre"]  # one row per placement; answer24_b waits
+
+
+def test_the_report_refuses_results_built_before_a_group_arrived(tmp_path):
+    from normjax.experiments import common
+    from normjax.io import WorkdirError
+    from normjax.studies.accelerator_groups.__main__ import EXPERIMENT
+    from normjax.studies.report import load_results
+
+    assert common.run_cli(EXPERIMENT, ["prog", f"--workdir={tmp_path}", "--progress=false"]) == 0
+    assert set(load_results(str(tmp_path))) == {"accelerator_groups"}  # current: every group waits
+    folder = tmp_path / "accelerator_groups" / "s5_post"
+    folder.mkdir()
+    write_json(str(folder / measure.RECORD), {"group": "s5_post", "tiny": False})
+    (folder / "sweep.json").write_text(json.dumps({"runs": [{"name": "r", "status": "done", "summary": {}}]}))
+    with pytest.raises(WorkdirError, match=r"s5_post: 0 -> 1 runs done\); rebuild it: python -m normjax"):
+        load_results(str(tmp_path))

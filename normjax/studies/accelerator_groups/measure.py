@@ -68,6 +68,24 @@ def read_group(name: str, folder: str) -> dict:
     }
 
 
+def _progress(folder: str) -> tuple[bool, int]:
+    """(whether FOLDER holds a group, how many of its runs are done), from its files alone."""
+    sweep = os.path.join(folder, "sweep.json")
+    runs = read_json(sweep).get("runs", []) if os.path.exists(sweep) else []
+    return os.path.exists(os.path.join(folder, RECORD)), sum(e.get("status") == "done" for e in runs)
+
+
+def stale(study_dir: str, results: dict) -> str:
+    """Which groups changed in STUDY_DIR since results.json summarized it ('' when none): runs that arrived (a
+    group trained or copied in since) or went."""
+    changed = []
+    for name, group in results["groups"].items():
+        now = _progress(os.path.join(study_dir, name))
+        if now != (group["present"], group["done"]):
+            changed.append(f"{name}: {group['done']} -> {now[1]} runs done")
+    return "; ".join(changed) and f"the group folders changed since it was built ({'; '.join(changed)})"
+
+
 def compute(config, study) -> dict:
     """Every group of config.groups read from STUDY_DIR/<group>/ (absent: it waits for a device)."""
     return {"groups": {name: read_group(name, os.path.join(study.path, name)) for name in config.groups}}
