@@ -3,6 +3,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from normjax.io import CorruptFileError, write_json
@@ -151,3 +152,27 @@ def test_the_report_refuses_results_built_before_a_group_arrived(tmp_path):
     (folder / "sweep.json").write_text(json.dumps({"runs": [{"name": "r", "status": "done", "summary": {}}]}))
     with pytest.raises(WorkdirError, match=r"s5_post: 0 -> 1 runs done\); rebuild it: python -m normjax"):
         load_results(str(tmp_path))
+
+
+def _r5_group(name, profile):
+    """A finished R5 group: 3 seeds of 24-layer runs whose per-layer gradient norms follow `profile(seed)`."""
+    runs = []
+    for seed in range(3):
+        run = _run(name.split("_")[1], 160, seed, 2.5, lr=1e-3, depth=24) | {"group": name}
+        run["layer_grad_norm"] = [[step, list(profile(seed))] for step in (0, 500, 1000)]
+        run["train_nll"] = [[step, 3.0 - step / 1000] for step in (0, 500, 1000)]
+        runs.append(run)
+    group = _group(name, {}) | {"runs": runs, "expected": 3, "done": 3, "num_steps": 1000}
+    return group | {"model": {"d_model": 128}, "schedule": "warmup_then_inverse_sqrt"}
+
+
+def test_r5_at_24_layers_uses_trained_layers_rule_on_the_groups_gradients():
+    steep = lambda seed: np.geomspace(1.0, 20.0 + seed, 24)  # ln-range about 3
+    flat = lambda seed: np.geomspace(1.0, 2.0 + 0.1 * seed, 24)  # about 0.7
+    row = verdicts.r5_long({"r5n1_pre": _r5_group("r5n1_pre", steep), "r5n1_mixln": _r5_group("r5n1_mixln", flat)})
+    assert row["claim"] == "R5" and row["verdict"] == "holds" and row["checks"] == ["supported"]  # vs Pre-LN only
+    assert row["measured"].startswith("on NVIDIA H100") and "24 layers, d 128, 1000 steps" in row["measured"]
+    reverse = verdicts.r5_long({"r5n1_pre": _r5_group("r5n1_pre", flat), "r5n1_mixln": _r5_group("r5n1_mixln", steep)})
+    assert reverse["verdict"] == "does not hold"
+    waits = verdicts.r5_long({"r5n1_pre": _r5_group("r5n1_pre", flat)})
+    assert waits["verdict"] == NOT_TESTABLE and "r5n1_mixln has not run" in waits["measured"]

@@ -3,4 +3,4 @@
 from normjax.studies.accelerator_groups import config, measure, verdicts
 from normjax.studies.study import study
 
-STUDY = study("accelerator_groups", measure, config, verdicts, claims=("S5", "X7"), stale=measure.stale)
+STUDY = study("accelerator_groups", measure, config, verdicts, claims=("S5", "X7", "R5"), stale=measure.stale)

@@ -65,7 +65,8 @@ def _r5_n1(placement: str) -> Group:
             "train.num_steps": [5000],
             "train.seed": [0, 1, 2],
         },
-        read_by="no rule yet (R5 and N1 are judged by trained_layers at 6-12 layers; reported only)",
+        read_by="R5 (r5n1_pre and r5n1_mixln: trained_layers' rule on the runs' per-layer gradients); N1 by no rule"
+        " yet (it needs the trained blocks' Jacobians, which these runs do not probe)",
     )
 
 

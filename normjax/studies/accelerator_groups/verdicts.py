@@ -1,4 +1,4 @@
-"""Verdict rules of accelerator_groups: S5 at 12 layers over 3000 steps, X7 at Xiong's 6-6 layers; a group waits.
+"""Verdict rules of accelerator_groups: S5 at 12 layers, X7 at Xiong's 6-6, R5 at 24 layers; a group waits.
 
 The groups' runs are judged by warmup_ablation's cell rules (outcomes from each run's stored validation curve,
 cell states over >= 3 seeds), so a run on an accelerator and one on this CPU mean the same. A group that has not
@@ -8,9 +8,14 @@ row that names it and says what it waits for: such a row adds nothing to its cla
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from normjax.report import verdict_row
 from normjax.report.claims import NOT_TESTABLE
 from normjax.report.rules import Check, combine
+from normjax.studies.trained_layers.verdicts import mixln_flatter_in_training
 from normjax.studies.warmup_ablation.cell_verdicts import cell_state, describe, runs_in
 from normjax.studies.warmup_ablation.curves import relabel
 from normjax.studies.warmup_ablation.translation_verdicts import translation_verdict
@@ -18,7 +23,7 @@ from normjax.studies.warmup_ablation.verdicts import answer_table
 from normjax.train import outcomes
 
 THRESHOLDS = dict(outcomes.THRESHOLDS)  # the outcome labels' (PLATEAU_BAND, STILL_FALLING): moved on their own
-S5_GROUPS, FIG2_GROUP = ("s5_post", "s5_pre"), "xiong_fig2"
+S5_GROUPS, FIG2_GROUP, R5_GROUPS = ("s5_post", "s5_pre"), "xiong_fig2", ("r5n1_pre", "r5n1_mixln")
 RUN_IT = "scripts/accelerator_check.sh {name} on a lent device"
 
 
@@ -115,9 +120,58 @@ def x7_fig2(groups: dict) -> list[dict]:
     return out
 
 
+def _log_range(values) -> float:
+    x = np.asarray(values, float)
+    return float(np.log(x.max() / x.min())) if np.all(np.isfinite(x)) and np.all(x > 0) else math.nan
+
+
+def _flatness(row: dict, tail: float = 0.1) -> dict:
+    """One run as trained_layers' per-seed summary: the mean over the diagnostics after step 0 of ln(max/min over
+    layers) of each layer's gradient norm, and the final train loss (mean of the logged losses in the last
+    `tail` of the run; None when the run diverged)."""
+    ranges = [_log_range(g) for step, g in row["layer_grad_norm"] if step > 0 and g is not None]
+    ranges = [r for r in ranges if math.isfinite(r)]
+    last = max((step for step, _ in row["train_nll"]), default=0)
+    losses = [v for step, v in row["train_nll"] if v is not None and step >= (1 - tail) * last]
+    failed = row["outcome"] == "diverged" or not losses
+    return {
+        "grad_log_range_trained": None if failed or not ranges else float(np.mean(ranges)),
+        "final_loss": None if failed else float(np.mean(losses)),
+    }
+
+
+def r5_long(groups: dict) -> dict:
+    """R5 at 24 layers over 5000 steps of 32 x 128 bytes (20M tokens; groups r5n1_pre, r5n1_mixln): trained_layers'
+    rule (mixln_flatter_in_training: Mix-LN's gradient profile flatter than Pre-LN's, paired by seed) on each
+    run's per-layer gradient norms. Li et al. 2024 plot them during the pre-training of 71M-7B LLaMA-like models;
+    trained_layers measures them on held-out batches of a d-64 byte LM after 600 steps; here they are the
+    training step's own gradients (the runs' diagnostics, 10 probes), d 128. No Post-LN group: the vs-Post-LN
+    check is left out, and R5's FLATTER threshold is moved in trained_layers' sensitivity rows only."""
+    claim = "Mix-LN's per-layer gradient profile during training is flatter than Pre-LN's (and Post-LN's)"
+    if why := waiting(groups, R5_GROUPS):
+        return verdict_row("R5", claim, f"waits for a device: {why}", NOT_TESTABLE, "no run of these groups to judge")
+    judged = {name: judged_runs(groups[name]) for name in R5_GROUPS}
+    runs = {name.split("_", 1)[1]: sorted(j["runs"], key=lambda r: r["seed"]) for name, j in judged.items()}
+    first = runs["pre"][0]
+    steps = [step for step, _ in first["layer_grad_norm"]]
+    group = groups[R5_GROUPS[0]]
+    results = {
+        "seeds": [r["seed"] for r in runs["pre"]],
+        "summary": {name: [_flatness(r) for r in rows] for name, rows in runs.items()},
+        "unigram_nll": first["unigram_nll"],
+        "setup": {"depth": first["depth"], "d_model": group["model"]["d_model"], "num_steps": group["num_steps"],
+                  "lr": first["lr"], "schedule": group["schedule"], "optimizer": first["optimizer"],
+                  "probe_steps": steps},
+    }  # fmt: skip
+    if [r["seed"] for r in runs["mixln"]] != results["seeds"]:
+        raise ValueError(f"{R5_GROUPS} ran different seeds: the rule pairs them by seed")
+    row = mixln_flatter_in_training(results)
+    return row | {"measured": f"on {_devices(runs['pre'] + runs['mixln'])}: {row['measured']}", "figure": None}
+
+
 def verdicts(results: dict) -> list[dict]:
     groups = results["groups"]
-    return [s5_long(groups)] + x7_fig2(groups)
+    return [s5_long(groups)] + x7_fig2(groups) + [r5_long(groups)]
 
 
 def tables(results: dict) -> list[str]:
