@@ -1,5 +1,6 @@
 """The report builder: rules judge results.json when the report is built; one verdict per claim, with its rows."""
 
+import dataclasses
 import os
 import pathlib
 import subprocess
@@ -269,13 +270,20 @@ def test_sensitivity_table_lists_what_flips_when_a_threshold_moves(tmp_path, thr
     assert thresholded["CUT"].value == 1.0  # restored after the table
 
 
-def test_header_wall_time_is_the_sum_of_the_studies_with_their_sweeps(tmp_path, fake_rules):
+def test_header_wall_time_is_the_sum_of_the_studies_with_their_sweeps(tmp_path, fake_rules, monkeypatch):
     _study(tmp_path, "alpha", [verdict_row("S4", "grows", "ratio 19", "holds", "r")])
     _study(tmp_path, "beta", [verdict_row("S6", "same", "1.0", "holds", "r")])
-    write_json(str(tmp_path / "beta" / "sweep.json"), {"runs": [{"summary": {"wall_time_s": 58.0}}, {"summary": {}}]})
+    for name in ("alpha", "beta"):
+        write_json(str(tmp_path / name / "sweep.json"), {"runs": [{"summary": {"wall_time_s": 58.0}}, {"summary": {}}]})
+    # beta trains its sweep before its analysis (warmup_ablation's way); alpha's compute runs its own (answer's):
+    # its 58 s are inside its 1 s wall time here, so they are not added again
+    monkeypatch.setitem(
+        studies.BY_NAME, "beta", dataclasses.replace(studies.BY_NAME["beta"], sweep_before_compute=True)
+    )
     text = _report(tmp_path)
     assert "1.0 min of study time, each sweep's runs summed over its workers" in text  # 1 + 1 + 58 s
     assert "Time 59 s (1 s analysis + 58 s of sweep runs, summed over its workers)" in text
+    assert "Time 1 s on" in text  # alpha
 
 
 def test_results_json_lists_only_figures_that_exist_and_records_provenance(tmp_path):

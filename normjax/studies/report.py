@@ -110,11 +110,13 @@ def load_results(workdir: str) -> dict[str, dict]:
 
 
 def study_wall_time(path: str, saved: dict) -> float:
-    """Seconds a study took: its results.json's wall time plus its sweep's runs' wall times, summed
-    (`sweep.json` beside it, whose runs train before the analysis that writes results.json)."""
+    """Seconds a study took: its results.json's wall time, plus its sweep's runs' wall times summed (`sweep.json`
+    beside it) when the sweep trains before the analysis that writes results.json (Study.sweep_before_compute);
+    a study whose compute runs its sweep counts it once, in its own wall time."""
     total = float(saved.get("wall_time_s") or 0.0)
     sweep = os.path.join(os.path.dirname(path), "sweep.json")
-    if os.path.exists(sweep):
+    study = BY_NAME.get(saved.get("experiment", os.path.basename(os.path.dirname(path))))
+    if os.path.exists(sweep) and getattr(study, "sweep_before_compute", False):
         runs = read_json(sweep).get("runs", [])
         total += sum(float((r.get("summary") or {}).get("wall_time_s") or 0.0) for r in runs)
     return total

@@ -28,6 +28,9 @@ class Study:
       module's `lead`: the answer to the report's title), or None.
     in_report: run by scripts/reproduce.sh and judged in REPORT.md.
     training: the memory check counts optimizer state (the study trains models).
+    sweep_before_compute: the study's sweep trains before `compute` (its __main__ trains the grid's shards, then
+      compute only analyses: warmup_ablation), so its runs' wall times (sweep.json) add to results.json's; a
+      study whose compute runs its sweep (answer) has them inside its own wall time already.
     stale: `stale(study_dir, results) -> str`: why results.json no longer describes the study's folder ('' when
       it does), for a study that summarizes files arriving after it ran (accelerator_groups); the report refuses
       stale results, naming the command that rebuilds them.
@@ -45,6 +48,7 @@ class Study:
     in_report: bool = True
     training: bool = False
     figures: ModuleType | None = None
+    sweep_before_compute: bool = False
     stale: Callable | None = None
 
     @property
