@@ -2,7 +2,9 @@
 
   scripts/accelerator_check.sh GROUP [--tiny] [--workdir=WORKDIR] [--budget_s=540] [--list]
 
-GROUP is one of GROUPS (normjax/studies/accelerator_groups/groups.py, where each is defined and sized). A group
+GROUP is one of GROUPS (normjax/studies/accelerator_groups/groups.py, where each is defined and sized). A study
+group (deep128_main, deep128_s7) runs a whole study at other settings into WORKDIR/accelerator_groups/<GROUP>/
+<study>/ (its results.json; its cached pieces resume a cut-off run). Any other group
 is a sub-grid of warmup_ablation's `:standard` config (its data, model width, optimizer and fair warmup control)
 named `grid=<GROUP>,...`: its runs land in WORKDIR/accelerator_groups/<GROUP>/ (WORKDIR: --workdir, else $OUT,
 else results) in the study's run format (config.json, metrics.jsonl, summary.json with the device and precision,
@@ -35,14 +37,19 @@ def run_group(name: str, workdir: str, tiny: bool = False, budget_s: float = 540
     `budget_s`. A folder that holds the group at the other size (tiny or full) is refused (ValueError).
 
     Returns:
-      sweep.json's content; raises KeyboardInterrupt when the budget stopped it (the runs resume next time).
+      a sweep group's sweep.json content, a study group's results.json; raises KeyboardInterrupt when the budget
+      stopped it (the runs, or the study's cached pieces, resume next time).
     """
     from normjax.io import write_json
+    from normjax.studies import BY_NAME, runner
+    from normjax.studies.accelerator_groups.groups import StudyGroup, study_config
     from normjax.studies.accelerator_groups.measure import RECORD, read_record
     from normjax.studies.warmup_ablation import measure
     from normjax.train import loop
 
-    config = group_config(name, tiny)
+    group = GROUPS[name]
+    whole = isinstance(group, StudyGroup)
+    config = study_config(name, tiny) if whole else group_config(name, tiny)
     folder = os.path.join(workdir, STUDY_DIR, name)
     if os.path.exists(os.path.join(folder, RECORD)):
         if read_record(folder)["tiny"] != tiny:
@@ -50,11 +57,19 @@ def run_group(name: str, workdir: str, tiny: bool = False, budget_s: float = 540
             raise ValueError(f"{folder} holds the {size} group {name}: use another --workdir for this size")
     else:  # before any run: the size the folder holds and the data it reads (hashed where it is read)
         os.makedirs(folder, exist_ok=True)
-        write_json(os.path.join(folder, RECORD), {"group": name, "tiny": tiny, "data": measure.data_record(config)})
+        data = None if whole else measure.data_record(config)  # a study records its own data in its results
+        write_json(os.path.join(folder, RECORD), {"group": name, "tiny": tiny, "data": data})
     timer = threading.Timer(budget_s, loop.STOP.set)
     timer.daemon = True
     timer.start()
     try:
+        if whole:
+            study = BY_NAME[group.study]
+            preset = {
+                "preset": "quick" if tiny else "standard",
+                "differs": sorted(group.tiny if tiny else group.overrides),
+            }
+            return runner.run_study(study.name, folder, config, study.compute, study.plot, provenance=preset)
         return measure.run_grid(config, folder, progress=progress)
     finally:
         timer.cancel()
@@ -100,10 +115,13 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(format_table(result), flush=True)
-    done = sum(r["status"] == "done" for r in result["runs"])
     folder = os.path.join(args.workdir, STUDY_DIR, args.group)
-    print(f"{done}/{len(result['runs'])} runs done in {time.time() - t0:.0f} s -> {folder}")
+    if "runs" in result and isinstance(result["runs"], list):  # a sweep group's sweep.json
+        print(format_table(result), flush=True)
+        done = sum(r["status"] == "done" for r in result["runs"])
+        print(f"{done}/{len(result['runs'])} runs done in {time.time() - t0:.0f} s -> {folder}")
+    else:  # a study group's results.json
+        print(f"{result['experiment']} done in {time.time() - t0:.0f} s -> {folder}/{result['experiment']}")
     print(f"judged with the other groups there: {judge_groups(args.workdir)}", flush=True)
     return 0
 

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import accelerator_groups
 from normjax import train
+from normjax.studies.accelerator_groups.groups import SWEEP_GROUPS
 from normjax.studies.judge import judge
 from normjax.train import records
 
@@ -84,7 +85,13 @@ TRAINED_HERE = ("s5_post", "xiong_fig2", "answer24_b", "r5n1_mixln")
 
 
 def test_every_group_config_is_a_valid_grid():
-    for name in accelerator_groups.GROUPS:
+    from normjax.studies import BY_NAME, schema
+    from normjax.studies.accelerator_groups.groups import study_config
+
+    for name in set(accelerator_groups.GROUPS) - set(SWEEP_GROUPS):  # a whole study at other settings
+        for tiny in (False, True):
+            schema.validate(BY_NAME[accelerator_groups.GROUPS[name].study], study_config(name, tiny))
+    for name in SWEEP_GROUPS:
         for tiny in (False, True):
             config = accelerator_groups.group_config(name, tiny)
             runs = train.expand(config)  # every run's config validated, as run_grid does first
@@ -129,7 +136,7 @@ def test_a_group_of_each_kind_runs_tiny_into_run_folders_of_the_study_format(tmp
         assert all(r["device"]["backend"] == "cpu" for r in groups[name]["runs"])
     assert not groups["s5_pre"]["present"] and groups["s5_pre"]["expected"] == 20
     rows = judge("accelerator_groups", saved["results"])
-    assert [r["verdict"] for r in rows] == ["not testable at this scale"] * 2
+    assert {r["verdict"] for r in rows} == {"not testable at this scale"}
     assert (
         "s5_post ran at its tiny size" in rows[0]["measured"]
         and "xiong_fig2 ran at its tiny size" in rows[1]["measured"]
@@ -154,8 +161,34 @@ def test_every_group_at_full_size_is_one_program_per_placement():
     from normjax.train.config_schema import shape_key
     from normjax.train.sweep import expand
 
-    for name in accelerator_groups.GROUPS:
+    for name in SWEEP_GROUPS:
         runs = expand(accelerator_groups.group_config(name))
         placements = {r.run.model["placement"] for r in runs}
         assert len({shape_key(r.run) for r in runs}) == len(placements), name  # lr, warmup, seed: traced
         assert all(r.name.startswith(f"grid={name},") for r in runs)
+
+
+@pytest.mark.slow
+def test_a_study_group_runs_tiny_into_its_folder_and_is_judged_by_its_studys_rules(tmp_path):
+    """deep128_s7 (deep_training at other settings) at its tiny size: its results.json in the group's folder, the
+    study's pieces resumable; the accelerator_groups study lists it as tiny and judges nothing from it."""
+    proc = _run("deep128_s7", "--tiny", f"--workdir={tmp_path}", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "deep_training done in" in proc.stdout and "judged with the other groups there" in proc.stdout
+    folder = tmp_path / "accelerator_groups" / "deep128_s7"
+    assert (folder / "deep_training" / "results.json").exists() and (folder / "group.json").exists()
+    saved = records.read_json(str(tmp_path / "accelerator_groups" / "results.json"))
+    group = saved["results"]["groups"]["deep128_s7"]
+    assert group["tiny"] and group["done"] == 1 and group["settings"]["d_model"] == 16
+    rows = {r["claim"]: r for r in judge("accelerator_groups", saved["results"])}
+    assert rows["S7"]["verdict"] == "not testable at this scale" and "ran at its tiny size" in rows["S7"]["measured"]
+    # the same results as a finished full-size group: S7 judged by deep_training's own rule, the scale named
+    from normjax.studies.accelerator_groups import verdicts
+
+    judged = verdicts.study_group_rows({"deep128_s7": group | {"tiny": False}})
+    assert [r["claim"] for r in judged] == ["S7"] and "waits" not in judged[0]["measured"]
+    assert judged[0]["measured"].startswith("deep128_s7 (d_model 16, num_steps 12, s7_steps 12) on cpu:0: ")
+    # deep_training's S7 rule read it (12 steps train nothing, so that rule says why it cannot judge)
+    assert "Post-LN" in judged[0]["measured"] and "shallowest depth" in judged[0]["reason"]
+    again = _run("deep128_s7", "--tiny", f"--workdir={tmp_path}", timeout=300)
+    assert again.returncode == 0 and "[deep_training] already done" in again.stdout

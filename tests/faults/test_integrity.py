@@ -113,11 +113,13 @@ def test_results_json_of_an_older_normjax_is_read_with_one_note_and_recomputed(t
 
 @pytest.fixture
 def rules(monkeypatch):
-    """Study 'alpha' whose rule reads results["x"] as a number."""
+    """Study 'alpha' whose rule reads results["x"] as a number; its sweep trains before its analysis (the report
+    reads its sweep.json's run times, as warmup_ablation's)."""
     rule = lambda r: [verdict_row(next(iter(CLAIMS)), "", f"{float(r['x'])}", "holds", "")]
     measure = types.ModuleType("alpha")
     measure.compute = _compute  # its code fingerprint: this file's
-    fake = studies.Study("alpha", measure, types.ModuleType("alpha"), rule, claims=tuple(CLAIMS))
+    module = types.ModuleType("alpha")
+    fake = studies.Study("alpha", measure, module, rule, claims=tuple(CLAIMS), sweep_before_compute=True)
     monkeypatch.setitem(studies.BY_NAME, "alpha", fake)
 
 

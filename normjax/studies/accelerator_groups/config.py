@@ -32,6 +32,12 @@ def check(values: dict) -> None:
 def judged_seeds(values: dict) -> set[int]:
     """The seeds the rules judge: every seed of the groups' sub-grids (the base config's seed where none varies)."""
     from normjax import train
-    from normjax.studies.accelerator_groups.groups import group_config
+    from normjax.studies.accelerator_groups.groups import SWEEP_GROUPS, group_config, study_config
 
-    return {r.run.train.seed for name in values["groups"] for r in train.expand(group_config(name))}
+    seeds = {
+        r.run.train.seed for name in SWEEP_GROUPS if name in values["groups"] for r in train.expand(group_config(name))
+    }
+    for name in set(values["groups"]) - set(SWEEP_GROUPS):  # a study group: the seeds its study's config runs
+        config = study_config(name)
+        seeds |= set(range(config.seed, config.seed + max(config.num_seeds, config.get("d2_num_seeds", 0))))
+    return seeds

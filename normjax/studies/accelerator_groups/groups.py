@@ -9,6 +9,7 @@ synthetic translation task for Fig. 2): a test of the machinery, never judged.
 """
 
 import dataclasses
+import importlib
 
 H = 20  # Adam's second-moment horizon 1/(1 - beta2) at the byte LM's beta2 0.95
 S5_LR = 10**-2.5  # the edge cell that decides S5 (warmup_ablation's `edge` grid)
@@ -20,6 +21,30 @@ class Group:
     axes: dict  # dotted config key -> list of values (the sub-grid over warmup_ablation's :standard config)
     translation: bool = False  # Xiong's Fig. 2: an encoder-decoder on the gettext corpus
     read_by: str = ""  # what of the report reads the group's runs (verdicts.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyGroup:
+    """A whole study at other settings: `overrides` on its :standard preset (`tiny` on its :quick one), its runs
+    and cached pieces in the group's folder, judged by that study's own rules for `claims`."""
+
+    doc: str
+    study: str
+    overrides: dict
+    tiny: dict
+    claims: tuple[str, ...]
+
+    @property
+    def read_by(self) -> str:
+        return f"{', '.join(self.claims)} ({self.study}'s rules)"
+
+
+# deep_training at the other training studies' scale (issue 37 item 6): d 128 (4 heads, FFN 256), 1000 steps, the
+# :standard depths, seeds and lr (3e-3, constant: the claims' setting); probes every 100 steps; S7's warmup scaled
+# with its run (50 of 250 steps at :standard: 200 of 1000). D2 has its d-128 row in the CPU report already.
+DEEP_128 = {"d_model": 128, "num_heads": 4, "d_ff": 256, "num_steps": 1000, "probe_every": 100, "final_window": 100}
+DEEP_TINY = {"d_model": 16, "num_heads": 2, "d_ff": 32, "seq_len": 16, "batch_size": 4, "max_bytes": 100_000}
+DEEP_TINY |= {"num_steps": 12, "early_steps": 2, "probe_every": 4, "final_window": 4, "num_seeds": 3, "d2_num_seeds": 3}
 
 
 def _s5(placement: str) -> Group:
@@ -86,7 +111,26 @@ GROUPS = {
     "r5n1_pre": _r5_n1("pre"),
     "r5n1_mixln": _r5_n1("mixln"),
     "r5n1_lns": _r5_n1("lns"),
+    "deep128_main": StudyGroup(
+        "deep_training at d 128, 1000 steps: post, pre, deepnorm at 6, 12, 24 layers; tfixup, pre:dyt, sandwich at 6"
+        " and 24; 5 seeds (75 runs, resumed piece by piece)",
+        "deep_training",
+        DEEP_128 | {"d2_num_seeds": 5, "d2_widths": (), "s7_depths": ()},
+        DEEP_TINY | {"depths": (2, 3), "runs": ("post", "pre"), "side_runs": (), "s7_depths": ()},
+        ("D3", "R3", "R4", "R6"),
+    ),
+    "deep128_s7": StudyGroup(
+        "S7 at d 128: Post-LN and DeepNorm at 6, 18, 36 layers, lr {3e-3, 1e-3}, 200-step warmup, 1000 steps,"
+        " 5 seeds (resumed piece by piece)",
+        "deep_training",
+        DEEP_128 | {"depths": (6,), "runs": ("post",), "side_runs": (), "s7_steps": 1000, "s7_warmup": 200},
+        DEEP_TINY
+        | {"depths": (2,), "runs": ("post",), "side_runs": (), "s7_depths": (2, 3), "s7_steps": 12}
+        | {"s7_warmup": 2},
+        ("S7",),
+    ),
 }
+SWEEP_GROUPS = tuple(name for name, group in GROUPS.items() if isinstance(group, Group))  # warmup_ablation's
 
 TINY = {
     "model.d_model": 16,
@@ -105,6 +149,17 @@ TINY = {
     "train.bleu_examples": 0,
 }
 TINY_TRANSLATION = {"data.task": "synthetic", "data.num_train": 200, "data.num_valid": 16, "data.max_len": 12}
+
+
+def study_config(name: str, tiny: bool = False):
+    """The config of study group `name`: its study's :standard preset with its overrides (:quick with its tiny
+    ones)."""
+    group = GROUPS[name]
+    config = importlib.import_module(f"normjax.studies.{group.study}.config").get_config(
+        "quick" if tiny else "standard"
+    )
+    config.update(group.tiny if tiny else group.overrides)
+    return config
 
 
 def group_config(name: str, tiny: bool = False):

@@ -5,15 +5,18 @@ from __future__ import annotations
 import os
 
 from normjax import train
-from normjax.io import CorruptFileError, read_json
-from normjax.studies.accelerator_groups.groups import GROUPS, group_config
+from normjax.io import CorruptFileError, config_diff, describe_diff, read_checked, read_json, to_jsonable
+from normjax.studies.accelerator_groups.groups import GROUPS, StudyGroup, group_config, study_config
 from normjax.studies.grid_runs import summarize_runs
 
+SCALE = ("d_model", "num_steps", "s7_steps")  # the settings of a study group's results that its rows name
 RECORD = "group.json"  # written before a group trains (benchmarks/accelerator_groups.py): tiny or not, its data
 
 
 def expected_runs(name: str, tiny: bool = False) -> list[str]:
-    """The run names of group `name` (at its tiny size when `tiny`)."""
+    """The run names of group `name` (at its tiny size when `tiny`); a study group's one results.json."""
+    if isinstance(GROUPS[name], StudyGroup):
+        return [os.path.join(GROUPS[name].study, "results.json")]
     return [r.name for r in train.expand(group_config(name, tiny))]
 
 
@@ -38,6 +41,8 @@ def read_group(name: str, folder: str) -> dict:
     if not os.path.exists(os.path.join(folder, RECORD)):
         return entry | {"present": False, "tiny": False, "expected": len(expected_runs(name)), "done": 0, "runs": []}
     record = read_record(folder)
+    if isinstance(group, StudyGroup):
+        return entry | read_study_group(name, folder, record["tiny"])
     config = group_config(name, record["tiny"])
     names = set(expected_runs(name, record["tiny"]))
     sweep_path = os.path.join(folder, "sweep.json")
@@ -68,11 +73,41 @@ def read_group(name: str, folder: str) -> dict:
     }
 
 
+def read_study_group(name: str, folder: str, tiny: bool) -> dict:
+    """A study group's results (FOLDER/<study>/results.json, checked) with the devices it ran on; no results yet
+    (cut off: its cached pieces resume) is 0 of 1 done.
+
+    Raises:
+      CorruptFileError: results without a checksum or not the study's, or computed with a config other than the
+        group's (another definition: they would be judged as this group's).
+    """
+    study = GROUPS[name].study
+    path = os.path.join(folder, study, "results.json")
+    if not os.path.exists(path):
+        return {"present": True, "tiny": tiny, "expected": 1, "done": 0, "runs": []}
+    saved, checked = read_checked(path)
+    if not checked or not isinstance(saved, dict) or saved.get("experiment") != study:
+        raise CorruptFileError(f"{path} is not {study}'s checksummed results")
+    want = to_jsonable(study_config(name, tiny).to_dict())
+    if diffs := [d for d in config_diff(saved["config"], want) if not d.startswith("_code")]:
+        raise CorruptFileError(f"{path} was computed with another config than group {name}'s ({describe_diff(diffs)})")
+    settings = {k: saved["config"][k] for k in SCALE if k in saved["config"]}
+    devices = saved.get("machine", {}).get("devices", [])
+    return {"present": True, "tiny": tiny, "expected": 1, "done": 1, "runs": [], "results": saved["results"]} | {
+        "devices": devices,
+        "settings": settings,
+    }
+
+
 def _progress(folder: str) -> tuple[bool, int]:
     """(whether FOLDER holds a group, how many of its runs are done), from its files alone."""
     sweep = os.path.join(folder, "sweep.json")
     runs = read_json(sweep).get("runs", []) if os.path.exists(sweep) else []
-    return os.path.exists(os.path.join(folder, RECORD)), sum(e.get("status") == "done" for e in runs)
+    done = sum(e.get("status") == "done" for e in runs)
+    name = os.path.basename(folder)
+    if isinstance(GROUPS.get(name), StudyGroup):
+        done = int(os.path.exists(os.path.join(folder, GROUPS[name].study, "results.json")))
+    return os.path.exists(os.path.join(folder, RECORD)), done
 
 
 def stale(study_dir: str, results: dict) -> str:

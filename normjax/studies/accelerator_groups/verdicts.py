@@ -1,4 +1,4 @@
-"""Verdict rules of accelerator_groups: S5 at 12 layers, X7 at Xiong's 6-6, R5 at 24 layers; a group waits.
+"""Verdict rules of accelerator_groups: S5 at 12 layers, X7 at 6-6, R5 at 24, deep_training at d 128; or it waits.
 
 The groups' runs are judged by warmup_ablation's cell rules (outcomes from each run's stored validation curve,
 cell states over >= 3 seeds), so a run on an accelerator and one on this CPU mean the same. A group that has not
@@ -15,6 +15,7 @@ import numpy as np
 from normjax.report import verdict_row
 from normjax.report.claims import NOT_TESTABLE
 from normjax.report.rules import Check, combine
+from normjax.studies.accelerator_groups.groups import GROUPS, StudyGroup
 from normjax.studies.trained_layers.verdicts import mixln_flatter_in_training
 from normjax.studies.warmup_ablation.cell_verdicts import cell_state, describe, runs_in
 from normjax.studies.warmup_ablation.curves import relabel
@@ -32,13 +33,15 @@ def waiting(groups: dict, names) -> str:
     why = []
     for name in names:
         group = groups.get(name)
+        whole = isinstance(GROUPS.get(name), StudyGroup)  # one study's results, not a count of runs
         if group is None or not group["present"]:
-            expected = group["expected"] if group else "?"
-            why.append(f"{name} has not run (0/{expected} runs; {RUN_IT.format(name=name)})")
+            runs = "" if whole else f"0/{group['expected'] if group else '?'} runs; "
+            why.append(f"{name} has not run ({runs}{RUN_IT.format(name=name)})")
         elif group["tiny"]:
             why.append(f"{name} ran at its tiny size (a test of the machinery, never judged)")
         elif group["done"] < group["expected"]:
-            why.append(f"{name} has {group['done']}/{group['expected']} runs done (cut off: the same command resumes)")
+            done = "has no results yet" if whole else f"has {group['done']}/{group['expected']} runs done"
+            why.append(f"{name} {done} (cut off: the same command resumes)")
     return "; ".join(why)
 
 
@@ -169,9 +172,35 @@ def r5_long(groups: dict) -> dict:
     return row | {"measured": f"on {_devices(runs['pre'] + runs['mixln'])}: {row['measured']}", "figure": None}
 
 
+def study_group_rows(groups: dict) -> list[dict]:
+    """Each study group's rows for its claims, given by its study's own rules on its results (deep_training at
+    d 128 over 1000 steps: the trained claims of issue 37), the scale and device named in each; one 'waits' row
+    per claim while the group has not finished. The study's thresholds are moved in its own sensitivity rows
+    only."""
+    from normjax.studies import BY_NAME  # the registry imports this study: read at call time
+
+    out = []
+    for name, group in GROUPS.items():
+        if not isinstance(group, StudyGroup) or name not in groups:
+            continue
+        if why := waiting(groups, (name,)):
+            out += [
+                verdict_row(claim, f"{claim} in {group.doc}", f"waits for a device: {why}", NOT_TESTABLE,
+                            "no results of this group to judge")
+                for claim in group.claims
+            ]  # fmt: skip
+            continue
+        found = groups[name]
+        where = f"{name} ({', '.join(f'{k} {v}' for k, v in found['settings'].items())})"
+        where += f" on {', '.join(sorted(set(found['devices']))) or 'unrecorded device'}"
+        rows = [r for r in BY_NAME[group.study].verdicts(found["results"]) if r["claim"] in group.claims]
+        out += [r | {"measured": f"{where}: {r['measured']}", "figure": None} for r in rows]
+    return out
+
+
 def verdicts(results: dict) -> list[dict]:
     groups = results["groups"]
-    return [s5_long(groups)] + x7_fig2(groups) + [r5_long(groups)]
+    return [s5_long(groups)] + x7_fig2(groups) + [r5_long(groups)] + study_group_rows(groups)
 
 
 def tables(results: dict) -> list[str]:
