@@ -42,7 +42,7 @@ def run_group(name: str, workdir: str, tiny: bool = False, budget_s: float = 540
     """
     from normjax.io import write_json
     from normjax.studies import BY_NAME, runner
-    from normjax.studies.accelerator_groups.groups import StudyGroup, study_config
+    from normjax.studies.accelerator_groups.groups import StudyGroup, check_study_config, study_config
     from normjax.studies.accelerator_groups.measure import RECORD, read_record
     from normjax.studies.warmup_ablation import measure
     from normjax.train import loop
@@ -50,6 +50,8 @@ def run_group(name: str, workdir: str, tiny: bool = False, budget_s: float = 540
     group = GROUPS[name]
     whole = isinstance(group, StudyGroup)
     config = study_config(name, tiny) if whole else group_config(name, tiny)
+    if whole:
+        check_study_config(name, tiny)  # as its study's CLI would, before any compute
     folder = os.path.join(workdir, STUDY_DIR, name)
     if os.path.exists(os.path.join(folder, RECORD)):
         if read_record(folder)["tiny"] != tiny:
@@ -112,7 +114,7 @@ def main(argv=None) -> int:
         print(f"stopped after {time.time() - t0:.0f} s ({e}); rerun the same command to resume", flush=True)
         judge_groups(args.workdir)
         return 3
-    except ValueError as e:
+    except ValueError as e:  # ConfigError included
         print(f"error: {e}", file=sys.stderr)
         return 2
     folder = os.path.join(args.workdir, STUDY_DIR, args.group)

@@ -40,13 +40,13 @@ DECIDES = {
     "warmup_ablation/z_loss": "W2",
 }
 # The parts a 150-minute :standard would move to accelerator groups: the largest that no other :standard part
-# can stand in for. The groups named are those that would run them (answer_*, trained_* and depth12 are not built).
+# can stand in for, each with the standby group that runs its cells cell for cell (groups.py).
 CUT = {
-    "warmup_ablation/depth": "depth12 (not built)",
-    "warmup_ablation/depth_lr": "depth12 (not built)",
-    "warmup_ablation/low_lr": "depth12 (not built)",
-    "answer": "answer_* (not built; A1-A5 are trained interventions)",
-    "trained_layers": "r5n1_* (built: R5 at 24 layers); N1's trained half has no group",
+    "warmup_ablation/depth": "depth12",
+    "warmup_ablation/depth_lr": "depth12_lr",
+    "warmup_ablation/low_lr": "depth12_low",
+    "answer": "answer_std",
+    "trained_layers": "trained_std",
 }
 WORKERS = 2  # warmup_ablation's :standard sweep workers
 

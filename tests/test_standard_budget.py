@@ -23,6 +23,9 @@ def test_the_ledger_counts_each_run_once_and_splits_only_the_sweep_trained_befor
     cut = standard_budget.wall_minutes(found, standard_budget.CUT)
     assert cut == pytest.approx(total - sum(found[k]["minutes"] / found[k]["workers"] for k in standard_budget.CUT))
     assert set(standard_budget.CUT) <= set(found)  # the plan names parts that exist
+    from normjax.studies.accelerator_groups.groups import GROUPS
+
+    assert all(GROUPS[group].standby for group in standard_budget.CUT.values())  # each moved part has its group
 
 
 def test_the_table_says_whether_the_plan_fits_the_budget():

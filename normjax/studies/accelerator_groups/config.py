@@ -29,15 +29,28 @@ def check(values: dict) -> None:
         raise ConfigError(f"config.groups={tuple(values['groups'])!r} names a group twice")
 
 
+def _seeds_in(values: dict) -> set[int]:
+    """Every seed a study config names: `seed` .. `seed` + its seed count - 1 at any level, and swept `*.seed`."""
+    found = set()
+    if isinstance(values.get("seed"), int):
+        count = max(values.get("num_seeds", 1), values.get("d2_num_seeds", 1))
+        found |= set(range(values["seed"], values["seed"] + count))
+    for key, value in values.items():
+        if isinstance(value, dict):
+            found |= _seeds_in(value)
+        elif key.endswith(".seed") and isinstance(value, list | tuple):
+            found |= {int(v) for v in value}
+    return found
+
+
 def judged_seeds(values: dict) -> set[int]:
-    """The seeds the rules judge: every seed of the groups' sub-grids (the base config's seed where none varies)."""
+    """The seeds the rules judge: every seed of the sweep groups' sub-grids (the base config's seed where none
+    varies) and every seed a study group's config names."""
     from normjax import train
     from normjax.studies.accelerator_groups.groups import SWEEP_GROUPS, group_config, study_config
 
-    seeds = {
-        r.run.train.seed for name in SWEEP_GROUPS if name in values["groups"] for r in train.expand(group_config(name))
-    }
-    for name in set(values["groups"]) - set(SWEEP_GROUPS):  # a study group: the seeds its study's config runs
-        config = study_config(name)
-        seeds |= set(range(config.seed, config.seed + max(config.num_seeds, config.get("d2_num_seeds", 0))))
+    names = values["groups"]
+    seeds = {r.run.train.seed for name in SWEEP_GROUPS if name in names for r in train.expand(group_config(name))}
+    for name in set(names) - set(SWEEP_GROUPS):
+        seeds |= _seeds_in(study_config(name).to_dict())
     return seeds

@@ -21,6 +21,7 @@ class Group:
     axes: dict  # dotted config key -> list of values (the sub-grid over warmup_ablation's :standard config)
     translation: bool = False  # Xiong's Fig. 2: an encoder-decoder on the gettext corpus
     read_by: str = ""  # what of the report reads the group's runs (verdicts.py)
+    standby: bool = False  # cells the CPU's :standard still runs: no 'waits' row while the group is absent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,7 @@ class StudyGroup:
     overrides: dict
     tiny: dict
     claims: tuple[str, ...]
+    standby: bool = False  # a study the CPU's :standard still runs: no 'waits' rows while the group is absent
 
     @property
     def read_by(self) -> str:
@@ -45,6 +47,18 @@ class StudyGroup:
 DEEP_128 = {"d_model": 128, "num_heads": 4, "d_ff": 256, "num_steps": 1000, "probe_every": 100, "final_window": 100}
 DEEP_TINY = {"d_model": 16, "num_heads": 2, "d_ff": 32, "seq_len": 16, "batch_size": 4, "max_bytes": 100_000}
 DEEP_TINY |= {"num_steps": 12, "early_steps": 2, "probe_every": 4, "final_window": 4, "num_seeds": 3, "d2_num_seeds": 3}
+
+
+def _standard_grid(grid: str, doc: str) -> Group:
+    """warmup_ablation's :standard sub-grid `grid`, cell for cell (the cells a 150-minute :standard would move to
+    an accelerator: benchmarks/standard_budget.py)."""
+    from normjax.studies.warmup_ablation import config as study_config
+
+    axes = {k: list(v) for k, v in study_config.get_config("standard").sweep.grids[grid].items()}
+    read_by = (
+        "S5 at 12 layers and the answer table's 12-layer rows (warmup_ablation's rules, the depth12 groups together)"
+    )
+    return Group(doc, axes, read_by=read_by, standby=True)
 
 
 def _s5(placement: str) -> Group:
@@ -111,6 +125,28 @@ GROUPS = {
     "r5n1_pre": _r5_n1("pre"),
     "r5n1_mixln": _r5_n1("mixln"),
     "r5n1_lns": _r5_n1("lns"),
+    "depth12": _standard_grid(
+        "depth",
+        ":standard's 12-layer cells: post/pre x lr 10^-3.5, 1e-3, 10^-2.5 x warmup {0, 160} x 3 seeds (36 runs)",
+    ),
+    "depth12_lr": _standard_grid("depth_lr", ":standard's 12-layer lr curves: post/pre x lr 1e-2, 10^-1.5, no warmup"),
+    "depth12_low": _standard_grid("low_lr", ":standard's 12-layer low bracket: post/pre x lr 1e-4 x warmup {0, 160}"),
+    "answer_std": StudyGroup(
+        "the answer study at :standard (its 60 runs and 12 sharpness runs; resumed piece by piece)",
+        "answer",
+        {},
+        {},  # tiny: its :quick preset (the README's main command runs it)
+        ("A1", "A2", "A3", "A4", "A5"),
+        standby=True,
+    ),
+    "trained_std": StudyGroup(
+        "trained_layers at :standard (24-layer byte LMs, 5 seeds; resumed piece by piece)",
+        "trained_layers",
+        {},
+        {"num_steps": 12, "warmup": 2, "probe_every": 4, "final_window": 4},
+        ("R5", "N1"),
+        standby=True,
+    ),
     "deep128_main": StudyGroup(
         "deep_training at d 128, 1000 steps: post, pre, deepnorm at 6, 12, 24 layers; tfixup, pre:dyt, sandwich at 6"
         " and 24; 5 seeds (75 runs, resumed piece by piece)",
@@ -155,11 +191,22 @@ def study_config(name: str, tiny: bool = False):
     """The config of study group `name`: its study's :standard preset with its overrides (:quick with its tiny
     ones)."""
     group = GROUPS[name]
-    config = importlib.import_module(f"normjax.studies.{group.study}.config").get_config(
-        "quick" if tiny else "standard"
-    )
-    config.update(group.tiny if tiny else group.overrides)
+    presets = importlib.import_module(f"normjax.studies.{group.study}.config")
+    config = presets.get_config("quick" if tiny else "standard")
+    config.update_from_flattened_dict(group.tiny if tiny else group.overrides)
     return config
+
+
+def check_study_config(name: str, tiny: bool = False) -> None:
+    """Study group `name`'s config checked as its study's CLI checks one (every key, every run, memory), before
+    any compute. Raises ConfigError (one line) naming what is wrong."""
+    import jax
+
+    from normjax.experiments.common import Args
+
+    config = study_config(name, tiny)
+    main = importlib.import_module(f"normjax.studies.{GROUPS[name].study}.__main__")
+    main.EXPERIMENT.validate(Args(config=config, overrides=(), workdir="", progress=False), jax.device_count())
 
 
 def group_config(name: str, tiny: bool = False):

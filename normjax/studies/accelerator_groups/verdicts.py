@@ -18,13 +18,15 @@ from normjax.report.rules import Check, combine
 from normjax.studies.accelerator_groups.groups import GROUPS, StudyGroup
 from normjax.studies.trained_layers.verdicts import mixln_flatter_in_training
 from normjax.studies.warmup_ablation.cell_verdicts import cell_state, describe, runs_in
+from normjax.studies.warmup_ablation.config import DEPTH_LR, LOW_LR
 from normjax.studies.warmup_ablation.curves import relabel
 from normjax.studies.warmup_ablation.translation_verdicts import translation_verdict
-from normjax.studies.warmup_ablation.verdicts import answer_table
+from normjax.studies.warmup_ablation.verdicts import answer_table, warmup_sensitivity
 from normjax.train import outcomes
 
 THRESHOLDS = dict(outcomes.THRESHOLDS)  # the outcome labels' (PLATEAU_BAND, STILL_FALLING): moved on their own
 S5_GROUPS, FIG2_GROUP, R5_GROUPS = ("s5_post", "s5_pre"), "xiong_fig2", ("r5n1_pre", "r5n1_mixln")
+DEPTH12 = {"depth12": "", "depth12_lr": DEPTH_LR, "depth12_low": LOW_LR}  # each group as warmup_ablation's grid
 RUN_IT = "scripts/accelerator_check.sh {name} on a lent device"
 
 
@@ -183,6 +185,8 @@ def study_group_rows(groups: dict) -> list[dict]:
     for name, group in GROUPS.items():
         if not isinstance(group, StudyGroup) or name not in groups:
             continue
+        if group.standby and not groups[name]["present"]:  # the CPU's :standard runs this study: nothing waits
+            continue
         if why := waiting(groups, (name,)):
             out += [
                 verdict_row(claim, f"{claim} in {group.doc}", f"waits for a device: {why}", NOT_TESTABLE,
@@ -198,9 +202,36 @@ def study_group_rows(groups: dict) -> list[dict]:
     return out
 
 
+def depth12_runs(groups: dict) -> dict | None:
+    """The depth12 groups (:standard's 12-layer cells) that finished, as one warmup_ablation results dict (each
+    group's runs under its grid's name), judged now; None while depth12 itself has not finished."""
+    if waiting(groups, ("depth12",)):
+        return None
+    done = [name for name in DEPTH12 if name in groups and not waiting(groups, (name,))]
+    runs = [r | {"group": DEPTH12[name]} for name in done for r in groups[name]["runs"]]
+    return judged_runs(groups["depth12"] | {"runs": runs})
+
+
+def s5_depth12(groups: dict) -> list[dict]:
+    """S5 at 12 layers on the depth12 groups: warmup_ablation's own S5 rule (warmup_sensitivity) on :standard's
+    12-layer cells, run as accelerator groups (the groups a 150-minute :standard would move off this CPU). No
+    row while depth12 is absent: the CPU's :standard runs those cells in warmup_ablation."""
+    results = depth12_runs(groups)
+    if results is None:
+        if not groups.get("depth12", {}).get("present"):
+            return []
+        why = waiting(groups, ("depth12",))
+        return [verdict_row("S5", "S5 at 12 layers", f"waits: {why}", NOT_TESTABLE, "depth12 has not finished")]
+    row = warmup_sensitivity(results)
+    others = waiting(groups, [n for n in DEPTH12 if n != "depth12"])
+    where = f"12 layers, groups {', '.join(n for n in DEPTH12 if n in groups)} on {_devices(results['runs'])}"
+    return [row | {"measured": f"{where}: {row['measured']}" + (f" ({others})" if others else ""), "figure": None}]
+
+
 def verdicts(results: dict) -> list[dict]:
     groups = results["groups"]
-    return [s5_long(groups)] + x7_fig2(groups) + [r5_long(groups)] + study_group_rows(groups)
+    rows = [s5_long(groups)] + s5_depth12(groups) + x7_fig2(groups) + [r5_long(groups)]
+    return rows + study_group_rows(groups)
 
 
 def tables(results: dict) -> list[str]:
@@ -212,10 +243,14 @@ def tables(results: dict) -> list[str]:
     ]
     for name, g in groups.items():
         state = "tiny (a test)" if g["tiny"] else f"{g['done']}/{g['expected']}"
+        if GROUPS[name].standby and not g["present"]:
+            state = "standby (the CPU's :standard runs these cells)"
         lines.append(
             f"| {name} | {g['doc']} | {g['read_by']} | {state} | {_devices(g['runs']) if g['runs'] else '-'} |"
         )
     answer = [n for n, g in groups.items() if n.startswith("answer24") and not waiting(groups, (n,))]
     for name in answer:
         lines += ["", f"The answer table at 24 layers ({name}):", "", *answer_table(judged_runs(groups[name]))]
+    if (depth12 := depth12_runs(groups)) is not None:
+        lines += ["", "The answer table at 12 layers (the depth12 groups):", "", *answer_table(depth12)]
     return lines + [""]
