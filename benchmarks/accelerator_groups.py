@@ -97,6 +97,10 @@ def main(argv=None) -> int:
     parser.add_argument("--budget_s", type=float, default=540.0)
     parser.add_argument("--list", action="store_true", help="list the groups and exit")
     args = parser.parse_args(argv)
+    if not args.budget_s > 0:
+        parser.error(f"--budget_s={args.budget_s} must be a positive number of seconds")
+    if os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
+        parser.error(f"--workdir={args.workdir} is a file, not a folder")
     if args.list or args.group is None:
         for name, group in GROUPS.items():
             print(f"{name:12s} {group.doc}")

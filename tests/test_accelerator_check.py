@@ -191,3 +191,11 @@ def test_a_study_group_runs_tiny_into_its_folder_and_is_judged_by_its_studys_rul
     assert "Post-LN" in judged[0]["measured"] and "shallowest depth" in judged[0]["reason"]
     again = _run("deep128_s7", "--tiny", f"--workdir={tmp_path}", timeout=300)
     assert again.returncode == 0 and "[deep_training] already done" in again.stdout
+
+
+@pytest.mark.parametrize("args", [("--budget_s=-1",), ("--budget_s=nan",), ("--workdir=FILE",)])
+def test_a_bad_budget_or_a_file_workdir_is_one_line_exit_2(tmp_path, args):
+    (tmp_path / "FILE").write_text("")
+    args = [a.replace("FILE", str(tmp_path / "FILE")) for a in args]
+    proc = _run("s5_post", "--tiny", *args, timeout=120)
+    assert proc.returncode == 2 and "error: --" in proc.stderr and "Traceback" not in proc.stderr
