@@ -278,6 +278,9 @@ def build_corpus(spec: CorpusSpec, out: str) -> dict:
     return manifest
 
 
+CORPUS_ENV = "NORMJAX_GETTEXT_CORPUS"
+
+
 def cache_root() -> str:
     """$NORMJAX_CACHE, else $XDG_CACHE_HOME/normjax, else ~/.cache/normjax."""
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -288,8 +291,23 @@ def _sha256_file(path: str) -> str:
     return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
+def carried_corpus(folder: str, spec: CorpusSpec) -> str:
+    """FOLDER, a corpus built elsewhere for `spec` (its manifest's settings must be spec's; load_corpus checks
+    its files). Raises DataError naming the settings that differ."""
+    path = os.path.join(folder, MANIFEST)
+    try:
+        settings = json.loads(read_bytes(path))["settings"]
+    except (ValueError, KeyError, TypeError) as e:  # read_bytes: a missing file is a DataError naming it
+        raise DataError(f"${CORPUS_ENV}: {path} is not a corpus manifest ({type(e).__name__}: {e})") from None
+    want = json.loads(json.dumps(dataclasses.asdict(spec)))  # tuples as lists, as the manifest holds them
+    if differ := sorted(k for k in set(want) | set(settings) if settings.get(k) != want.get(k)):
+        raise DataError(f"${CORPUS_ENV}={folder} was built with other settings than the run's: {', '.join(differ)}")
+    return folder
+
+
 def cached_corpus(spec: CorpusSpec) -> str:
-    """The folder of `spec`'s corpus built from this machine's catalogs: cache_root()/gettext-SRC-TGT-KEY,
+    """The folder of `spec`'s corpus: $NORMJAX_GETTEXT_CORPUS when set (a corpus built on another machine for
+    the same spec, carried), else the one built from this machine's catalogs: cache_root()/gettext-SRC-TGT-KEY,
     KEY a hash of the settings and of every catalog's path and sha256 (other catalogs or settings: another
     folder). An existing folder is reused; a new one is built in a temporary folder and renamed into place
     (of concurrent builders the first rename wins; the others' identical builds are discarded).
@@ -297,6 +315,8 @@ def cached_corpus(spec: CorpusSpec) -> str:
     Raises:
       DataError: fewer than spec.min_pairs pairs (one line: how many, and the folders looked in).
     """
+    if carried := os.environ.get(CORPUS_ENV):
+        return carried_corpus(carried, spec)
     found, _ = _catalogs(spec)
     key = hashlib.sha256(json.dumps(dataclasses.asdict(spec), sort_keys=True).encode())
     for path in sorted(p for paths in found.values() for p in paths):

@@ -18,9 +18,19 @@ class DataError(ValueError):
     """Data that cannot be trained on; the message names the folder, file or setting."""
 
 
+BYTE_CORPUS_ENV = "NORMJAX_BYTE_CORPUS"  # a folder standing in for the stdlib (a copy carried to another machine)
+
+
 def stdlib_dir() -> str:
-    """The Python standard library's source directory (the default byte-LM corpus)."""
+    """The Python standard library's source directory."""
     return sysconfig.get_paths().get("stdlib") or os.path.dirname(os.__file__)
+
+
+def default_byte_dir() -> str:
+    """The byte-LM corpus when config.data.path is empty: $NORMJAX_BYTE_CORPUS, else this Python's stdlib
+    (`scripts/accelerator_check.sh --prepare=DIR` copies the bytes the runs read, so a machine with another
+    Python reads the same ones; each result records their sha256)."""
+    return os.environ.get(BYTE_CORPUS_ENV) or stdlib_dir()
 
 
 def byte_vocab() -> Vocab:
@@ -46,9 +56,10 @@ def _read_corpus(root: str, suffix: str, max_bytes: int):
 
 
 def _checked_root(directory: str, suffix: str) -> str:
-    root = directory or stdlib_dir()
+    root = directory or default_byte_dir()
     if not os.path.isdir(root):
-        raise DataError(f"config.data.path={root!r} is not a folder")
+        where = f"${BYTE_CORPUS_ENV}" if not directory and os.environ.get(BYTE_CORPUS_ENV) else "config.data.path"
+        raise DataError(f"{where}={root!r} is not a folder")
     return root
 
 
@@ -87,6 +98,22 @@ def load_byte_corpus(
             " file or add text to it"
         )
     return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def copy_byte_corpus(dest: str, directory: str = "", suffix: str = ".py", max_bytes: int = 4_000_000) -> dict:
+    """Writes the bytes `load_byte_corpus` reads (every file it reads, the last cut to its bytes used) under DEST
+    at their paths relative to the corpus folder: DEST read with any max_bytes up to this one gives the same ids.
+
+    Returns:
+      byte_corpus_record of DEST (its sha256 is the source's).
+    """
+    root = _checked_root(directory, suffix)
+    for path, data in _read_corpus(root, suffix, max_bytes):
+        target = os.path.join(dest, os.path.relpath(path, root))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(data)
+    return byte_corpus_record(dest, suffix, max_bytes)
 
 
 def byte_corpus_record(directory: str = "", suffix: str = ".py", max_bytes: int = 4_000_000) -> dict:

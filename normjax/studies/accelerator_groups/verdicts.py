@@ -27,7 +27,7 @@ from normjax.train import outcomes
 THRESHOLDS = dict(outcomes.THRESHOLDS)  # the outcome labels' (PLATEAU_BAND, STILL_FALLING): moved on their own
 S5_GROUPS, FIG2_GROUP, R5_GROUPS = ("s5_post", "s5_pre"), "xiong_fig2", ("r5n1_pre", "r5n1_mixln")
 DEPTH12 = {"depth12": "", "depth12_lr": DEPTH_LR, "depth12_low": LOW_LR}  # each group as warmup_ablation's grid
-RUN_IT = "scripts/accelerator_check.sh {name} on a lent device"
+RUN_IT = "scripts/device_groups.sh {name} on a lent device"
 
 
 def waiting(groups: dict, names) -> str:
