@@ -42,9 +42,9 @@ fi
 export NORMJAX_BYTE_CORPUS="$PWD/$DEVICE/data/bytes" NORMJAX_GETTEXT_CORPUS="$PWD/$DEVICE/data/gettext"
 WORK="${DEVICE_WORKDIR:-/tmp/normjax_device}"
 mkdir -p "$WORK"
-if [ -d docs/results/accelerator_groups ]; then  # the committed folders: their finished runs are skipped
-  cp -r docs/results/accelerator_groups "$WORK/"
-fi
+if [ -d docs/results/accelerator_groups ] && [ ! -d "$WORK/accelerator_groups" ]; then
+  cp -r docs/results/accelerator_groups "$WORK/"  # the committed folders (their finished runs are skipped)
+fi  # a second call on the same machine goes on from its own newer folders
 status=0
 PYTHON="$PYTHON" scripts/accelerator_check.sh "$@" --workdir="$WORK" --budget_s="${BUDGET_S:-500}" \
   --pack="$OUT/groups.tar.gz" 2>&1 | tee "$OUT/log.txt" || status=$?
