@@ -280,6 +280,10 @@ def test_the_answer_table_marks_one_seed_arms_as_not_judged_and_prefers_judged_w
     runs += [_run("post", 1e-4, 0, 0, 2.6) | {"init_valid_nll": 5.5, "steps_to_target": None}]  # a side seed
     table = "\n".join(answer_table(results | {"runs": runs}))
     assert "| 2 | post | 0.001; 0.0001 (1 seed: every run trained, not judged) | 20 |" in table
+    failing = [_run("rezero", lr, 0, 0, None, group="placements") for lr in (1e-3, 1e-2)]  # one seed, no run trains
+    failing = [r | {"init_valid_nll": 5.5, "steps_to_target": None} for r in failing]
+    table = "\n".join(answer_table(results | {"runs": runs + failing}))
+    assert "| 2 | rezero | no run trained (1 seed, not judged) | no warmup arm |" in table
 
 
 def test_a_mitigation_arm_is_its_own_row_and_depth_lr_extends_the_depth_curves():

@@ -303,10 +303,11 @@ def _training_lrs(rows: list[dict], warmup: int, stall: float) -> Training:
     few = [lr for lr in lrs if seeds[lr] < MIN_SEEDS]
     ok = [lr for lr in few if all(r["outcome"] == "trained" for r in runs_in(rows, lr=lr, warmup=warmup))]
     runs = "/".join(sorted({str(seeds[lr]) for lr in few}))
-    note = f"{runs} seed{'s' if runs != '1' else ''}: every run trained, not judged"
+    seed_text = f"{runs} seed{'s' if runs != '1' else ''}"
+    note = f"{seed_text}: every run trained, not judged"
     text = lambda lrs: ", ".join(f"{lr:g}" for lr in lrs)
-    if len(few) == len(lrs):
-        return Training(ok, f"{text(ok) or 'none'} ({note})", False)
+    if len(few) == len(lrs):  # no lr where every run trained: said so, never 'none' (a judged word)
+        return Training(ok, f"{text(ok)} ({note})" if ok else f"no run trained ({seed_text}, not judged)", False)
     judged = [lr for lr in lrs if cell_state(runs_in(rows, lr=lr, warmup=warmup), stall) == "trains"]
     return Training(judged, (text(judged) or "none") + (f"; {text(ok)} ({note})" if ok else ""), True)
 
