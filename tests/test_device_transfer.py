@@ -99,6 +99,10 @@ def test_pack_keeps_finished_runs_and_records_without_checkpoints_or_locks(tmp_p
         transfer.pack(str(tmp_path / "work"), str(archive), limit=10)
     with pytest.raises(transfer.TransferError, match="holds no group folder"):
         transfer.pack(str(tmp_path / "empty"), str(archive))
+    sweep = tmp_path / "work" / "accelerator_groups" / "s5_post" / "sweep.json"
+    sweep.write_text(sweep.read_text()[:-20])  # damaged: which runs finished is unknown
+    with pytest.raises(transfer.TransferError, match="group s5_post: .*sweep.json"):
+        transfer.pack(str(tmp_path / "work"), str(archive))
 
 
 def test_merge_replaces_a_group_with_its_newer_state_and_refuses_to_drop_runs(tmp_path):

@@ -94,7 +94,8 @@ def pack(workdir: str, archive: str, limit: int = LIMIT_BYTES) -> dict:
     runs and study pieces; no checkpoints). Returns {group: finished runs}.
 
     Raises:
-      TransferError: no group folder there, or the archive over `limit` bytes (naming its largest files).
+      TransferError: no group folder there, a damaged sweep.json, or the archive over `limit` bytes (naming its
+        largest files).
     """
     top = os.path.join(workdir, ROOT)
     names = sorted(n for n in GROUPS if os.path.isfile(os.path.join(top, n, RECORD)))
@@ -105,7 +106,10 @@ def pack(workdir: str, archive: str, limit: int = LIMIT_BYTES) -> dict:
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for name in names:
             folder = os.path.join(top, name)
-            done = _done_runs(folder)
+            try:
+                done = _done_runs(folder)
+            except CorruptFileError as e:  # its runs' record damaged: which runs are finished is unknown
+                raise TransferError(f"group {name}: {e}") from None
             sweep = not isinstance(GROUPS[name], StudyGroup)
             for base, dirs, files in os.walk(folder):
                 dirs[:] = sorted(d for d in dirs if _kept(os.path.relpath(os.path.join(base, d), folder), done, sweep))
