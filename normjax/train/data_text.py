@@ -8,6 +8,7 @@ import sysconfig
 
 import numpy as np
 
+from normjax.io import write_bytes
 from normjax.train.vocab import SPECIALS, Vocab
 
 BYTE_OFFSET = len(SPECIALS)  # byte b has id b + BYTE_OFFSET
@@ -109,10 +110,7 @@ def copy_byte_corpus(dest: str, directory: str = "", suffix: str = ".py", max_by
     """
     root = _checked_root(directory, suffix)
     for path, data in _read_corpus(root, suffix, max_bytes):
-        target = os.path.join(dest, os.path.relpath(path, root))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, "wb") as f:
-            f.write(data)
+        write_bytes(os.path.join(dest, os.path.relpath(path, root)), data)
     return byte_corpus_record(dest, suffix, max_bytes)
 
 

@@ -15,6 +15,7 @@ machine trains it from step 0); a study group's cached pieces travel, so it resu
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -102,8 +103,8 @@ def pack(workdir: str, archive: str, limit: int = LIMIT_BYTES) -> dict:
     if not names:
         raise TransferError(f"{top} holds no group folder (no {RECORD}): nothing to pack")
     sizes, packed = [], {}
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    buffer = io.BytesIO()  # built in memory, then written atomically (write_bytes)
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as stream, tarfile.TarFile(fileobj=stream, mode="w") as tar:
         for name in names:
             folder = os.path.join(top, name)
             try:
